@@ -1,0 +1,47 @@
+# airflow-provider-dblog: local development entry points.
+# Every target that needs them first runs bootstrap.sh (packages, .venv,
+# private MariaDB:13306 / PostgreSQL:15432 / Redis:16379); it is quick when done.
+
+SHELL := /bin/bash
+REPO := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+VENV := $(REPO)/.venv
+PY := $(VENV)/bin/python
+BOOTSTRAP := bash $(REPO)/airflow_provider_dblog/devenv/bootstrap.sh
+SERVERS := $(PY) -m airflow_provider_dblog.devenv.servers
+
+# The one place for the environment of tests, demo and bench.
+RUN_ENV := env \
+	SPARK_LOCAL_IP=127.0.0.1 \
+	TZ=UTC \
+	PYSPARK_PYTHON=$(PY) \
+	PYSPARK_DRIVER_PYTHON=$(PY) \
+	PATH="$(VENV)/bin:$$PATH"
+
+PYTEST_ARGS ?= -q
+TESTS ?= tests
+
+.PHONY: bootstrap demo test bench airflow servers-start servers-stop servers-status
+
+bootstrap:
+	$(BOOTSTRAP)
+
+demo: bootstrap
+	cd $(REPO) && $(RUN_ENV) $(VENV)/bin/dblog demo --config airflow_provider_dblog/devenv/demo.yaml
+
+airflow: bootstrap
+	cd $(REPO) && $(RUN_ENV) $(PY) -m airflow_provider_dblog.devenv.airflow_local standalone airflow_provider_dblog/devenv/demo.yaml
+
+test: bootstrap
+	cd $(REPO) && $(RUN_ENV) $(PY) -m pytest $(PYTEST_ARGS) $(TESTS)
+
+bench: bootstrap
+	cd $(REPO) && $(RUN_ENV) $(PY) -m bench
+
+servers-start:
+	$(BOOTSTRAP)
+
+servers-stop:
+	@if [ -x $(PY) ]; then $(SERVERS) stop; else echo "no $(VENV): nothing to stop"; fi
+
+servers-status:
+	$(SERVERS) status

@@ -1,0 +1,222 @@
+"""The ``dblog`` command: every engine step, outside Airflow, from the YAML config."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+
+from .engine.config import Config, load_config
+from .engine.dump import DumpRunner, DumpSpec, validate_spec
+from .engine.errors import DBLogError
+from .engine.positions import Position
+from .engine.sources import open_source
+from .engine.state import RedisState
+from .engine.store import EventStore
+from .engine.tail import Tail
+
+log = logging.getLogger("dblog")
+
+
+def _parts(cfg: Config, source_name: str | None):
+    src_cfg = cfg.source(source_name)
+    state = RedisState(cfg.redis_url, cfg.state_prefix, src_cfg.name)
+    store = EventStore(cfg.storage_root, src_cfg.name)
+    return src_cfg, state, store
+
+
+def cmd_check(cfg: Config, args) -> int:
+    source = open_source(cfg.source(args.source))
+    problems = source.check()
+    if not problems:
+        print(f"source {source.name}: ready for CDC ({len(source.tables)} tables)")
+        return 0
+    print(f"source {source.name}: {len(problems)} problem(s)")
+    for p in problems:
+        print(f"  - {p}")
+    return 1
+
+
+def cmd_tail(cfg: Config, args) -> int:
+    src_cfg, state, store = _parts(cfg, args.source)
+    source = open_source(src_cfg)
+    source.check_or_raise()
+    tail = Tail(source, state, store, cfg.tail)
+    stopping = {"now": False}
+
+    def on_term(signum, frame):  # finish the transaction in hand, flush, checkpoint, exit
+        stopping["now"] = True
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    stats = tail.run(max_seconds=args.seconds, max_events=args.events, should_stop=lambda: stopping["now"])
+    out = {k: v for k, v in vars(stats).items() if k != "per_table"} | {"per_table": dict(stats.per_table)}
+    print(json.dumps(out))
+    return 0
+
+
+def _spec_from_args(args) -> DumpSpec:
+    if args.all:
+        return DumpSpec("all", [], chunk_size=args.chunk_size, parallelism=args.parallelism)
+    if not args.table:
+        raise DBLogError("name --all, or --table (with --keys/--keys-file for a key list)")
+    if args.where:
+        return DumpSpec("where", [args.table], chunk_size=args.chunk_size, parallelism=args.parallelism,
+                        where=args.where)
+    keys = []
+    if args.keys or args.keys_file:
+        text = args.keys if args.keys else open(args.keys_file).read()
+        try:
+            keys = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DBLogError(f"--keys must be a JSON list such as [1, 2] or [[1, \"a\"], [2, \"b\"]]: {e}")
+        if not isinstance(keys, list):
+            raise DBLogError("--keys must be a JSON list")
+        return DumpSpec("keys", [args.table], keys, args.chunk_size, args.parallelism)
+    return DumpSpec("table", [args.table], chunk_size=args.chunk_size, parallelism=args.parallelism)
+
+
+def cmd_dump(cfg: Config, args) -> int:
+    from .engine.jobs import run_spark_job
+    src_cfg, state, store = _parts(cfg, args.source)
+    if args.request:
+        rid = args.request
+        if state.request(rid) is None:
+            raise DBLogError(f"unknown dump request {rid!r}")
+        state.set_flag(rid, "pause", False)
+    else:
+        source = open_source(src_cfg)
+        spec = validate_spec(source, _spec_from_args(args), cfg.dump)  # before anything is written
+        rid = state.create_request(spec.to_dict())
+        print(f"dump request {rid}: {spec.scope} {', '.join(spec.tables)}")
+    job_args = ["--config", cfg.path, "--source", src_cfg.name, "--request", rid]
+    if args.max_chunks:
+        job_args += ["--max-chunks", str(args.max_chunks)]
+    result = run_spark_job(cfg, "dump_job", job_args)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def cmd_flag(cfg: Config, args) -> int:
+    _, state, _ = _parts(cfg, args.source)
+    if state.request(args.request) is None:
+        raise DBLogError(f"unknown dump request {args.request!r}")
+    state.set_flag(args.request, args.flag, args.flag_on)
+    print(f"request {args.request}: {args.flag} {'set' if args.flag_on else 'cleared'}")
+    return 0
+
+
+def cmd_apply(cfg: Config, args) -> int:
+    from .engine.jobs import run_spark_job
+    target = cfg.target(args.target)
+    job_args = ["--config", cfg.path, "--target", target.name]
+    if args.tables:
+        job_args += ["--tables", args.tables]
+    print(json.dumps(run_spark_job(cfg, "apply_job", job_args), indent=2, default=str))
+    return 0
+
+
+def status(cfg: Config, source_name: str | None = None) -> dict:
+    src_cfg, state, _ = _parts(cfg, source_name)
+    cp = state.checkpoint()
+    out: dict = {"source": src_cfg.name, "checkpoint": cp.pos.encode() if cp else None,
+                 "checkpoint_age_s": round(time.time() - cp.updated_at, 3) if cp else None,
+                 "frontier": None, "open_windows": [], "counters": state.counters(), "requests": []}
+    front = state.frontier()
+    out["frontier"] = front.encode() if front else None
+    out["open_windows"] = [{"id": w.id, "table": w.table, "request": w.request,
+                            "age_s": round(time.time() - w.opened_at, 1)} for w in state.open_windows()]
+    try:
+        source = open_source(src_cfg)
+        head, _ = source.current_resume()
+        out["log_head"] = head.encode()
+        out["behind_log_head"] = bool(cp and cp.pos < head)
+        source.close()
+    except Exception as e:  # status must work while the source is down
+        out["log_head_error"] = str(e)
+    for rid in state.requests(10):
+        req = state.request(rid)
+        out["requests"].append({"id": rid, "status": req["status"], "error": req.get("error", ""),
+                                "scope": req["spec"]["scope"], "tables": {
+                                    t: state.progress(rid, t) for t in req["spec"]["tables"]}})
+    return out
+
+
+def cmd_status(cfg: Config, args) -> int:
+    print(json.dumps(status(cfg, args.source), indent=2, default=str))
+    return 0
+
+
+def cmd_demo(cfg: Config, args) -> int:
+    from .devenv.demo import run_demo
+    return run_demo(cfg, rows=args.rows, writers=args.writers, via=args.via,
+                    sources=[args.source] if args.source else None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dblog", description="DBLog watermark CDC: tail, dump, apply.")
+    p.add_argument("--config", help="the YAML config file (required)")
+    p.add_argument("--source", help="source name (default: the only one)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    # the same options after the command too (dblog demo --config x.yaml); SUPPRESS keeps
+    # a value given before the command when they are not repeated after it
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help="the YAML config file")
+    common.add_argument("--source", default=argparse.SUPPRESS, help="source name")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="command", required=True)
+    _add = sub.add_parser
+    sub.add_parser = lambda *a, **kw: _add(*a, parents=[common], **kw)
+    sub.add_parser("check", help="check the source's CDC set-up").set_defaults(func=cmd_check)
+    t = sub.add_parser("tail", help="tail the change log for a bounded time or number of events")
+    t.add_argument("--seconds", type=float)
+    t.add_argument("--events", type=int)
+    t.set_defaults(func=cmd_tail)
+    d = sub.add_parser("dump", help="dump all tables, one table, or a list of keys (runs on Spark)")
+    g = d.add_mutually_exclusive_group()
+    g.add_argument("--all", action="store_true", help="every configured table")
+    g.add_argument("--table", help="one table, as db.table")
+    g.add_argument("--request", help="resume this request from its last completed chunk")
+    d.add_argument("--keys", help='JSON list of keys: [1,2] or [[1,"a"],[2,"b"]] for composite keys')
+    d.add_argument("--keys-file", help="a file holding that JSON list")
+    d.add_argument("--where", help="a plain condition on the table's columns, e.g. \"status = 'new' AND total > 10\"")
+    d.add_argument("--chunk-size", type=int)
+    d.add_argument("--parallelism", type=int)
+    d.add_argument("--max-chunks", type=int, help="stop (paused) after this many chunks")
+    d.set_defaults(func=cmd_dump)
+    for name, flag, on in (("pause", "pause", True), ("resume", "pause", False), ("cancel", "cancel", True)):
+        f = sub.add_parser(name, help=f"{name} a dump request")
+        f.add_argument("request")
+        f.set_defaults(func=cmd_flag, flag=flag, flag_on=on)
+    a = sub.add_parser("apply", help="apply the event log to a target (runs on Spark)")
+    a.add_argument("--target")
+    a.add_argument("--tables", help="comma-separated db.table list (default: all)")
+    a.set_defaults(func=cmd_apply)
+    sub.add_parser("status", help="positions, lag, windows, dump progress").set_defaults(func=cmd_status)
+    m = sub.add_parser("demo", help="seed, write concurrently, tail + dump + apply, verify")
+    m.add_argument("--rows", type=int, default=1_000_000, help="rows to seed in all")
+    m.add_argument("--writers", type=int, default=2)
+    m.add_argument("--via", choices=("airflow", "engine"), default="airflow",
+                   help="run the flow through the Airflow DAGs (default) or the dblog command")
+    m.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.config:
+        parser.error("the following arguments are required: --config")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(args.config)
+        return args.func(cfg, args)
+    except DBLogError as e:
+        print(f"dblog: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""The one YAML config read by the engine, the ``dblog`` command and the DAG factory.
+
+Credentials stay out of the file, two ways:
+
+* ``${NAME}`` or ``${NAME:-default}`` in any value reads the environment;
+* ``conn_id: NAME`` on a source, target or the state names a connection in
+  Airflow's own environment form, ``AIRFLOW_CONN_<NAME>`` (a URI or JSON). Inside
+  Airflow the provider's hook resolves the connection from Airflow and hands the
+  engine (and the Spark jobs it starts) that variable; outside, set it yourself.
+  Fields written in the YAML win over the connection's.
+
+Passwords never appear in a repr or a log.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import yaml
+
+from .errors import ConfigError, UnknownTableError
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}$")
+SOURCE_KINDS = ("mysql", "postgres")
+TARGET_KINDS = ("postgres",)
+
+
+def _expand(value: Any, where: str, env: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        def sub(m: re.Match) -> str:
+            if m.group(1) in env:
+                return env[m.group(1)]
+            if m.group(2) is not None:
+                return m.group(2)
+            raise ConfigError(f"{where}: environment variable {m.group(1)} is not set")
+        return _ENV.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{where}.{k}", env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, f"{where}[{i}]", env) for i, v in enumerate(value)]
+    return value
+
+
+def conn_env_name(conn_id: str) -> str:
+    return "AIRFLOW_CONN_" + conn_id.upper()
+
+
+def connection_fields(conn_id: str, env: Mapping[str, str], where: str) -> dict:
+    """host/port/user/password/database of ``AIRFLOW_CONN_<ID>`` (Airflow's URI or JSON form)."""
+    text = env.get(conn_env_name(conn_id))
+    if not text:
+        raise ConfigError(f"{where}: connection {conn_id!r} not found: in Airflow, create it; "
+                          f"outside Airflow, set {conn_env_name(conn_id)} (a URI or JSON)")
+    if text.lstrip().startswith("{"):
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{where}: {conn_env_name(conn_id)} is not valid JSON: {e.msg}") from None
+        extra = d.get("extra") or {}
+        if isinstance(extra, str):
+            extra = json.loads(extra or "{}")
+        out = {"host": d.get("host"), "port": d.get("port"), "user": d.get("login"),
+               "password": d.get("password"), "database": d.get("schema")}
+    else:
+        u = urlsplit(text)
+        extra = dict(parse_qsl(u.query))
+        out = {"host": unquote(u.hostname or "") or None, "port": u.port,
+               "user": unquote(u.username) if u.username else None,
+               "password": unquote(u.password) if u.password else None,
+               "database": unquote(u.path.lstrip("/")) or None}
+    if isinstance(extra, dict) and "url" in extra:
+        out["url"] = extra["url"]
+    return {k: v for k, v in out.items() if v not in (None, "")}
+
+
+def _with_connection(d: dict, env: Mapping[str, str], where: str) -> dict:
+    if not d.get("conn_id"):
+        return d
+    return connection_fields(str(d["conn_id"]), env, where) | {k: v for k, v in d.items() if k != "conn_id"}
+
+
+def check_identifier(name: str, what: str = "identifier") -> str:
+    """Table, database and column names are checked before they reach SQL."""
+    if not isinstance(name, str) or not _IDENT.match(name):
+        raise ConfigError(f"{what} {name!r} is not a plain SQL identifier")
+    return name
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+    user: str
+    password: str = field(default="", repr=False)
+    database: str = ""
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    name: str
+    kind: str
+    endpoint: Endpoint
+    tables: tuple[str, ...]  # "db.table" (MySQL) or "schema.table" (PostgreSQL)
+    server_id: int = 4242
+    watermark_namespace: str = "dblog"
+    slot: str = ""
+    publication: str = ""
+
+    def table(self, qualified: str) -> str:
+        if qualified not in self.tables:
+            raise UnknownTableError(
+                f"table {qualified!r} is not configured for source {self.name!r}; "
+                f"configured: {', '.join(self.tables)}")
+        return qualified
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    name: str
+    kind: str
+    endpoint: Endpoint
+    source: str
+    schema: str = "public"
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    master: str = "local[2]"
+    jars: tuple[str, ...] = ("/usr/share/java/mariadb-java-client.jar", "/usr/share/java/postgresql.jar")
+    conf: dict = field(default_factory=dict)
+    driver_memory: str = "2g"
+
+
+@dataclass(frozen=True)
+class DumpConfig:
+    chunk_size: int = 50_000
+    parallelism: int = 4
+    window_timeout_s: float = 120.0
+    chunks_per_job: int = 1_000
+
+
+@dataclass(frozen=True)
+class TailConfig:
+    flush_events: int = 20_000
+    flush_seconds: float = 1.0
+    lease_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class Config:
+    sources: dict[str, SourceConfig]
+    targets: dict[str, TargetConfig]
+    redis_url: str
+    state_prefix: str
+    storage_root: str
+    spark: SparkConfig
+    dump: DumpConfig
+    tail: TailConfig
+    path: str = ""
+
+    def source(self, name: str | None = None) -> SourceConfig:
+        if name is None:
+            if len(self.sources) != 1:
+                raise ConfigError(f"several sources configured, name one of: {', '.join(self.sources)}")
+            return next(iter(self.sources.values()))
+        if name not in self.sources:
+            raise ConfigError(f"unknown source {name!r}; configured: {', '.join(self.sources)}")
+        return self.sources[name]
+
+    def target(self, name: str | None = None) -> TargetConfig:
+        if name is None:
+            if len(self.targets) != 1:
+                raise ConfigError(f"several targets configured, name one of: {', '.join(self.targets)}")
+            return next(iter(self.targets.values()))
+        if name not in self.targets:
+            raise ConfigError(f"unknown target {name!r}; configured: {', '.join(self.targets)}")
+        return self.targets[name]
+
+
+def _endpoint(d: dict, where: str) -> Endpoint:
+    try:
+        return Endpoint(host=str(d.get("host", "127.0.0.1")), port=int(d["port"]),
+                        user=str(d["user"]), password=str(d.get("password", "")),
+                        database=str(d.get("database", "")))
+    except KeyError as e:
+        raise ConfigError(f"{where}: missing field {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _qualified(name: Any, where: str) -> str:
+    parts = str(name).split(".")
+    if len(parts) != 2:
+        raise ConfigError(f"{where}: table {name!r} must be written as namespace.table")
+    for p in parts:
+        check_identifier(p, f"{where}: name part")
+    return str(name)
+
+
+def _section(cls, d: dict | None, where: str):
+    d = d or {}
+    known = set(cls.__dataclass_fields__)
+    unknown = set(d) - known
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
+    try:
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        return cls(**values)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if env is None else env
+    raw = _expand(raw or {}, "config", env)
+    sources = {}
+    for name, d in (raw.get("sources") or {}).items():
+        where = f"sources.{name}"
+        d = _with_connection(d, env, where)
+        check_identifier(name, f"{where}: source name")
+        kind = d.get("kind")
+        if kind not in SOURCE_KINDS:
+            raise ConfigError(f"{where}: kind must be one of {SOURCE_KINDS}, not {kind!r}")
+        tables = tuple(_qualified(t, where) for t in d.get("tables") or [])
+        if not tables:
+            raise ConfigError(f"{where}: list the tables to capture under 'tables'")
+        sources[name] = SourceConfig(
+            name=name, kind=kind, endpoint=_endpoint(d, where), tables=tables,
+            server_id=int(d.get("server_id", 4242)),
+            watermark_namespace=check_identifier(d.get("watermark_namespace", "dblog")),
+            slot=str(d.get("slot", f"dblog_{name}")),
+            publication=str(d.get("publication", f"dblog_{name}")))
+    if not sources:
+        raise ConfigError("config: no sources configured")
+    targets = {}
+    for name, d in (raw.get("targets") or {}).items():
+        where = f"targets.{name}"
+        d = _with_connection(d, env, where)
+        check_identifier(name, f"{where}: target name")
+        if d.get("kind") not in TARGET_KINDS:
+            raise ConfigError(f"{where}: kind must be one of {TARGET_KINDS}, not {d.get('kind')!r}")
+        if d.get("source") not in sources:
+            raise ConfigError(f"{where}: source {d.get('source')!r} is not configured")
+        targets[name] = TargetConfig(name=name, kind=d["kind"], endpoint=_endpoint(d, where),
+                                     source=d["source"],
+                                     schema=check_identifier(d.get("schema", "public")))
+    state = raw.get("state") or {}
+    storage = raw.get("storage") or {}
+    if "redis_url" not in state and state.get("conn_id"):
+        c = connection_fields(str(state["conn_id"]), env, "state")
+        auth = f":{c['password']}@" if c.get("password") else ""
+        state = state | {"redis_url": c.get("url") or
+                         f"redis://{auth}{c.get('host', '127.0.0.1')}:{c.get('port', 6379)}/{c.get('database', '0')}"}
+    if "redis_url" not in state:
+        raise ConfigError("state: 'redis_url' (or 'conn_id') is required")
+    if "root" not in storage:
+        raise ConfigError("storage: 'root' is required (a local path or a Hadoop-compatible URI)")
+    root = str(storage["root"])
+    if "://" not in root and path and not os.path.isabs(root):
+        root = str((Path(path).parent / root).resolve())
+    return Config(
+        sources=sources, targets=targets, redis_url=str(state["redis_url"]),
+        state_prefix=str(state.get("prefix", "dblog")), storage_root=root,
+        spark=_section(SparkConfig, raw.get("spark"), "spark"),
+        dump=_section(DumpConfig, raw.get("dump"), "dump"),
+        tail=_section(TailConfig, raw.get("tail"), "tail"), path=path)
+
+
+def load_config(path: str | os.PathLike, env: Mapping[str, str] | None = None) -> Config:
+    path = str(path)
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    return parse_config(raw, path, env)
+
+
+def referenced_conn_ids(path: str | os.PathLike) -> list[str]:
+    """The ``conn_id`` names a config file refers to (what the Airflow hook must resolve)."""
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    ids = [d.get("conn_id") for section in ("sources", "targets") for d in (raw.get(section) or {}).values()]
+    ids.append((raw.get("state") or {}).get("conn_id"))
+    return sorted({str(i) for i in ids if i})

@@ -1,0 +1,53 @@
+"""Exception classes of the engine. Each names one way a CDC run can fail closed."""
+
+
+class DBLogError(Exception):
+    """Base class for every error raised by the engine."""
+
+
+class ConfigError(DBLogError):
+    """The YAML config is missing a field, has a wrong value, or names an unknown thing."""
+
+
+class SourceSetupError(DBLogError):
+    """The source is not set up for CDC (binlog format, row image, privileges, ...)."""
+
+
+class UnknownTableError(DBLogError):
+    """A table that is not in the source, or not configured for capture."""
+
+
+class NoPrimaryKeyError(DBLogError):
+    """A table without a primary key cannot be chunked or reconciled."""
+
+
+class InvalidKeyError(DBLogError):
+    """A primary-key value given by a user does not match the table's key columns."""
+
+
+class WatermarkError(DBLogError):
+    """Watermarks seen out of order, twice, or from an unknown run."""
+
+
+class WindowTimeoutError(WatermarkError):
+    """A watermark window did not close in time (is the tail running?)."""
+
+
+class ChunkInFlightError(DBLogError):
+    """Another chunk of the same dump request is between its LW and its completion."""
+
+
+class SchemaChangedError(DBLogError):
+    """The table's columns or primary key changed under a capture; a re-dump is needed."""
+
+
+class DumpCancelledError(DBLogError):
+    """A dump was cancelled by its cancel flag."""
+
+
+class DumpPausedError(DBLogError):
+    """A dump stopped at a chunk boundary because its pause flag is set."""
+
+
+class LeaseLostError(DBLogError):
+    """Another tail holds the leader lease; this one must stop without writing."""

@@ -1,0 +1,97 @@
+"""The watermark window reconciler: steps 6 and 7 of the paper's Algorithm 1.
+
+Given the chunk rows selected between LW and HW and the log events of the same
+table inside (LW, HW), drop every chunk row whose key changed in the window (the
+log holds a newer version) and emit the survivors as snapshot events at the HW
+position, in key order. Position-based, so the tail never pauses (invariant 3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import pyarrow as pa
+
+from .events import DELETE, SNAPSHOT, encode_key, event_arrow_schema
+from .positions import Position
+from .schema import TableSchema
+
+
+@dataclass
+class ReconcileResult:
+    events: pa.Table  # event schema: snapshot rows, then deletes for missing keys
+    selected: int
+    kept: int
+    dropped: int  # chunk rows dropped as stale: their key changed inside the window
+    missing: list[tuple] = field(default_factory=list)  # requested keys absent at HW
+
+
+def conform_rows(table: TableSchema, rows: pa.Table) -> pa.Table:
+    """Chunk rows in the table's column order and logical types, sorted by key."""
+    missing = set(table.column_names) - set(rows.column_names)
+    if missing:
+        raise ValueError(f"chunk of {table.qualified} lacks columns {sorted(missing)}")
+    rows = rows.select(table.column_names).cast(pa.schema(list(table.row_struct())))
+    return rows.sort_by([(k, "ascending") for k in table.key])
+
+
+def row_keys(table: TableSchema, rows: pa.Table) -> list[str]:
+    cols = [rows[k].to_pylist() for k in table.key]
+    return [encode_key(vals) for vals in zip(*cols)]
+
+
+def _before_keys(table: TableSchema, events: pa.Table) -> set[str]:
+    """Keys the window's events moved rows away from: an update of the key itself
+    changes the old key too, whether or not the source split it into delete+insert."""
+    before = events["before"].combine_chunks() if events.num_rows else None
+    if before is None or before.null_count == len(before):
+        return set()
+    cols = [before.field(k).to_pylist() for k in table.key]
+    valid = before.is_valid().to_pylist()
+    return {encode_key(vals) for ok, *vals in zip(valid, *cols) if ok}
+
+
+def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: Position,
+              requested_keys: Sequence[tuple] | None = None, source_ts: int = 0) -> ReconcileResult:
+    """``window_events``: this table's log events with LW < pos < HW (event schema)."""
+    changed = set(window_events["key"].to_pylist()) | _before_keys(table, window_events)
+    rows = conform_rows(table, chunk)
+    keys = row_keys(table, rows)
+    keep = [k not in changed for k in keys]
+    survivors = rows.filter(pa.array(keep, pa.bool_()))
+    kept_keys = [k for k, ok in zip(keys, keep) if ok]
+
+    missing: list[tuple] = []
+    if requested_keys is not None:
+        found = set(keys)
+        missing = [key for key in requested_keys
+                   if encode_key(key) not in found and encode_key(key) not in changed]
+
+    schema = event_arrow_schema(table)
+    row_type = table.row_struct()
+    n = survivors.num_rows
+    after = pa.StructArray.from_arrays([survivors[c].combine_chunks() for c in table.column_names],
+                                       fields=list(row_type)) if n else pa.array([], row_type)
+    snap = pa.table({
+        "table": pa.array([table.qualified] * n, pa.string()),
+        "op": pa.array([SNAPSHOT] * n, pa.string()),
+        "key": pa.array(kept_keys, pa.string()),
+        "before": pa.nulls(n, row_type),
+        "after": after,
+        "pos": pa.array([hw.with_seq(hw.seq + 1 + i).encode() for i in range(n)], pa.string()),
+        "source_ts": pa.array([source_ts] * n, pa.int64()),
+    }, schema=schema)
+    if missing:
+        images = [dict(zip(table.key, key)) | {c: None for c in table.column_names if c not in table.key}
+                  for key in missing]
+        deletes = pa.table({
+            "table": [table.qualified] * len(missing),
+            "op": [DELETE] * len(missing),
+            "key": [encode_key(k) for k in missing],
+            "before": pa.array(images, row_type),
+            "after": pa.nulls(len(missing), row_type),
+            "pos": [hw.with_seq(hw.seq + 1 + n + i).encode() for i in range(len(missing))],
+            "source_ts": [source_ts] * len(missing),
+        }, schema=schema)
+        snap = pa.concat_tables([snap, deletes])
+    return ReconcileResult(snap, rows.num_rows, n, rows.num_rows - n, missing)

@@ -1,0 +1,89 @@
+"""What the engine needs from a source database (MySQL/MariaDB, PostgreSQL).
+
+A source knows its table shapes, writes watermarks, plans chunks in key order,
+reads rows for a list of keys with bound parameters, and reads its change log as
+a stream of LogItems. Nothing here knows about Airflow or Spark.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol, Sequence
+
+import pyarrow as pa
+
+from ..events import Event
+from ..positions import Position
+from ..schema import TableSchema
+
+
+# -- what a log reader yields -------------------------------------------------
+@dataclass(frozen=True)
+class RowChange:
+    event: Event
+
+
+@dataclass(frozen=True)
+class WatermarkSeen:
+    value: str  # the UUID written into the watermark row
+    pos: Position
+
+
+@dataclass(frozen=True)
+class TxnEnd:
+    """A transaction committed: every event before ``pos`` is complete, and the
+    reader can restart from ``resume`` without re-reading any of them."""
+    pos: Position
+    resume: dict
+
+
+@dataclass(frozen=True)
+class Idle:
+    """Nothing new in the log right now (lets the tail flush and check its deadline)."""
+
+
+LogItem = RowChange | WatermarkSeen | TxnEnd | Idle
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """A chunk ``after < key <= end`` split into read partitions by ``bounds``:
+    partition i covers ``bounds[i] < key <= bounds[i+1]`` (bounds[0] is ``after``,
+    None meaning the start of the table; the last bound is ``end``)."""
+    after: tuple | None
+    end: tuple
+    bounds: tuple[tuple | None, ...]
+    rows: int  # how many keys the plan saw
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a source's set-up, with what to do about it."""
+    what: str
+    fix: str
+    table: str = ""
+
+    def __str__(self) -> str:
+        where = f"[{self.table}] " if self.table else ""
+        return f"{where}{self.what} -> {self.fix}"
+
+
+class Source(Protocol):
+    name: str
+    tables: tuple[str, ...]
+
+    def check(self) -> list[Problem]: ...
+    def table_schema(self, table: str) -> TableSchema: ...
+    def ensure_watermark_table(self) -> None: ...
+    def write_watermark(self, value: str) -> None: ...
+    def max_key(self, table: TableSchema) -> tuple | None: ...
+    def plan_chunk(self, table: TableSchema, after: tuple | None, upto: tuple,
+                   size: int, parts: int) -> ChunkPlan | None: ...
+    def range_predicates(self, table: TableSchema, plan: ChunkPlan) -> list[str]: ...
+    def select_keys(self, table: TableSchema, keys: Sequence[tuple]) -> pa.Table: ...
+    def keys_where(self, table: TableSchema, condition: str, limit: int) -> list[tuple]: ...
+    def jdbc(self) -> tuple[str, dict[str, str]]: ...
+    def prepare_log(self) -> None: ...
+    def read_log(self, resume: dict | None, should_stop: Callable[[], bool]) -> Iterator[LogItem]: ...
+    def confirm(self, resume: dict) -> None: ...
+    def current_resume(self) -> tuple[Position, dict]: ...
+    def close(self) -> None: ...

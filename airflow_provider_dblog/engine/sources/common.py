@@ -1,0 +1,130 @@
+"""What the SQL sources (MySQL/MariaDB, PostgreSQL) share, whatever their dialect:
+the schema cache, connection lifetime, and turning fetched rows into typed keys,
+chunk plans and Arrow tables. A subclass supplies ``_load_schema``, ``check``,
+``to_logical`` (native value -> logical type) and ``needs_expr`` (read through an
+expression, so key predicates use the raw alias)."""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Sequence
+
+import pyarrow as pa
+
+from ..config import SourceConfig, check_identifier
+from ..errors import SchemaChangedError, SourceSetupError
+from ..schema import TableSchema
+from .base import ChunkPlan
+
+WATERMARK_TABLE = "watermark"
+SELECT_BATCH = 500  # keys per select_keys statement
+
+
+def raw_key_alias(name: str) -> str:
+    """The name under which ``jdbc_table`` exposes a key column's raw value."""
+    return f"__dblog_key_{name}"
+
+
+class SqlSource:
+    to_logical: Callable[[Any, Any], Any]   # set by the subclass (staticmethod)
+    needs_expr: Callable[[Any], bool]
+
+    def __init__(self, config: SourceConfig):
+        self.config = config
+        self.name = config.name
+        self.tables = tuple(config.tables)
+        self.namespace = check_identifier(config.watermark_namespace, "watermark namespace")
+        self.watermark_table = f"{self.namespace}.{WATERMARK_TABLE}"
+        self._schemas: dict[str, TableSchema] = {}
+        self._native: dict[str, dict[str, Any]] = {}
+        self._conn = None
+        self._wm_conn = None
+        self._lock = threading.RLock()
+        self._wm_lock = threading.Lock()
+
+    # -- lifetime --------------------------------------------------------------
+    def close(self) -> None:
+        for attr in ("_conn", "_wm_conn"):
+            conn = getattr(self, attr)
+            setattr(self, attr, None)
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:  # already gone
+                    pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def check(self) -> list:
+        raise NotImplementedError
+
+    # -- the log (a source that needs set-up or acknowledgements overrides these) --
+    def prepare_log(self) -> None:
+        """Make the log readable from the current position on (e.g. create a slot)."""
+
+    def confirm(self, resume: dict) -> None:
+        """Everything before ``resume`` is durable (a slot may release its log)."""
+
+    def check_or_raise(self) -> None:
+        problems = self.check()
+        if problems:
+            raise SourceSetupError(f"source {self.name!r} is not ready for CDC:\n"
+                                   + "\n".join(f"- {p}" for p in problems))
+
+    # -- schemas ---------------------------------------------------------------
+    def _load_schema(self, table: str) -> None:
+        raise NotImplementedError
+
+    def table_schema(self, table: str) -> TableSchema:
+        self.config.table(table)
+        with self._lock:
+            if table not in self._schemas:
+                self._load_schema(table)
+            return self._schemas[table]
+
+    def refresh_schema(self, table: str) -> TableSchema:
+        self.config.table(table)
+        with self._lock:
+            self._schemas.pop(table, None)
+            self._native.pop(table, None)
+            self._load_schema(table)
+            return self._schemas[table]
+
+    def native_columns(self, table: str) -> dict[str, Any]:
+        self.table_schema(table)
+        return self._native[table]
+
+    # -- rows ------------------------------------------------------------------
+    def _typed_key(self, table: TableSchema, values: Sequence[Any]) -> tuple:
+        native = self.native_columns(table.qualified)
+        return tuple(self.to_logical(native[k], v) for k, v in zip(table.key, values))
+
+    def _plan_from_rows(self, table: TableSchema, after: tuple | None, rows: list[tuple]) -> ChunkPlan | None:
+        """A plan query's rows: the partition bounds' keys, then the chunk's key count."""
+        if not rows:
+            return None
+        n = len(table.key)
+        bounds = [self._typed_key(table, r[:n]) for r in rows]
+        return ChunkPlan(after=after, end=bounds[-1], bounds=(after, *bounds), rows=int(rows[0][n]))
+
+    def _predicate_columns(self, table: TableSchema) -> list[str]:
+        native = self.native_columns(table.qualified)
+        return [raw_key_alias(k) if self.needs_expr(native[k]) else k for k in table.key]
+
+    def _append_rows(self, table: TableSchema, cols: dict[str, list], rows: list[tuple]) -> None:
+        native = self.native_columns(table.qualified)
+        for row in rows:
+            for c, v in zip(table.column_names, row):
+                try:
+                    cols[c].append(self.to_logical(native[c], v))
+                except (TypeError, ValueError) as e:
+                    raise SchemaChangedError(
+                        f"{table.qualified}.{c}: {e}; the table changed, refresh its schema "
+                        "and re-dump it") from None
+
+    @staticmethod
+    def _arrow(table: TableSchema, cols: dict[str, list]) -> pa.Table:
+        return pa.table(cols, schema=pa.schema(list(table.row_struct())))

@@ -1,0 +1,383 @@
+"""Redis state: tail checkpoint, watermarks seen, windows, dump requests, leases.
+
+Keys live under ``<prefix>:<source>:``. Everything the tail acknowledges goes
+through one fenced Lua script, so a tail that lost its lease cannot move the
+checkpoint, and the checkpoint and the watermarks it covers move together.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from .errors import ChunkInFlightError, LeaseLostError, WatermarkError, WindowTimeoutError
+from .positions import Position
+
+# KEYS: lease, checkpoint, watermarks, conflicts, counters, issued, samples
+# ARGV: token, pos, resume, now, n_events, then uuid/pos pairs
+# A watermark nobody issued (an earlier run's, or a closed window's) is drained:
+# counted, never recorded, so it can never close a window by mistake.
+_COMMIT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local bad = 0
+for i = 6, #ARGV, 2 do
+  local seen = redis.call('HGET', KEYS[3], ARGV[i])
+  if redis.call('HEXISTS', KEYS[6], ARGV[i]) == 0 then
+    redis.call('HINCRBY', KEYS[5], 'stale_watermarks_drained', 1)
+  elseif seen and seen ~= ARGV[i+1] then
+    redis.call('HSET', KEYS[4], ARGV[i], seen .. ' ' .. ARGV[i+1])
+    bad = bad + 1
+  else
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i+1])
+  end
+end
+redis.call('HSET', KEYS[2], 'pos', ARGV[2], 'resume', ARGV[3], 'updated_at', ARGV[4])
+redis.call('ZADD', KEYS[7], 0, ARGV[2] .. '|' .. ARGV[4])
+redis.call('ZREMRANGEBYRANK', KEYS[7], 0, -10001)
+redis.call('HINCRBY', KEYS[5], 'events_tailed', ARGV[5])
+redis.call('HINCRBY', KEYS[5], 'flushes', 1)
+return bad
+"""
+
+# KEYS: lease, fence   ARGV: owner, ttl_ms   -> token or false
+_ACQUIRE = """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local owner = string.match(cur, '^[^|]*')
+  if owner ~= ARGV[1] then return false end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return cur
+end
+local token = ARGV[1] .. '|' .. redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+return token
+"""
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+@dataclass
+class Checkpoint:
+    pos: Position
+    resume: dict  # source-specific: where the log reader restarts
+    updated_at: float = 0.0
+
+
+@dataclass
+class Window:
+    """One LW/HW window of a dump chunk, as the dump registered it."""
+    id: str
+    request: str
+    table: str
+    lw: str
+    hw: str
+    floor: Position  # tail checkpoint when the window opened: the LW comes after it
+    opened_at: float = field(default_factory=time.time)
+
+    def to_json(self) -> str:
+        d = self.__dict__ | {"floor": self.floor.encode()}
+        return json.dumps(d)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Window":
+        d = json.loads(text)
+        d["floor"] = Position.decode(d["floor"])
+        return cls(**d)
+
+
+def state_key(prefix: str, source: str, *parts: str) -> str:
+    """The Redis key of one piece of a source's state (``RedisState.k``), for readers that
+    hold no RedisState (the Airflow trigger reads with redis.asyncio)."""
+    return ":".join((prefix, source, *parts))
+
+
+def check_window_positions(window: Window, lw: Position | None, hw: Position | None,
+                           conflicts: list[str]) -> tuple[Position, Position] | None:
+    """The fail-closed checks on a window's watermark positions, as the tail recorded them.
+
+    ``(lw, hw)`` once both are seen and in order (the tail records a watermark only with
+    the checkpoint that covers it, so a seen HW is durable); ``None`` while one is still
+    missing. Raises WatermarkError for a watermark seen twice at different positions
+    (``conflicts``: the ``watermark_conflicts`` values of the window's LW and HW), an HW
+    not after the LW, or an LW before the window opened (its floor). Pure: shared by
+    ``RedisState.wait_window`` and the Airflow sensor and trigger.
+    """
+    conflicts = [c for c in conflicts if c]
+    if conflicts:
+        raise WatermarkError(f"window {window.id}: a watermark was seen twice at different "
+                             f"positions ({'; '.join(conflicts)}); the window's chunk is not trusted")
+    if lw is None or hw is None:
+        return None
+    if not lw < hw:
+        raise WatermarkError(f"window {window.id}: HW {hw} is not after LW {lw}")
+    if lw < window.floor:
+        raise WatermarkError(f"window {window.id}: LW {lw} is before the window opened ({window.floor})")
+    return lw, hw
+
+
+class RedisState:
+    def __init__(self, url: str, prefix: str, source: str, client: redis.Redis | None = None):
+        self.r = client or redis.Redis.from_url(url, decode_responses=True)
+        self.p = state_key(prefix, source)
+        self.source = source
+        self._commit = self.r.register_script(_COMMIT)
+        self._acquire = self.r.register_script(_ACQUIRE)
+        self._renew = self.r.register_script(_RENEW)
+        self._release = self.r.register_script(_RELEASE)
+
+    def k(self, *parts: str) -> str:
+        return ":".join((self.p, *parts))
+
+    # -- tail: lease, checkpoint, watermarks ----------------------------------
+    def acquire_lease(self, owner: str, ttl_s: float) -> str | None:
+        """A fencing token ``owner|n`` if this owner holds the tail lease, else None."""
+        return self._acquire(keys=[self.k("lease"), self.k("fence")], args=[owner, int(ttl_s * 1000)])
+
+    def renew_lease(self, token: str, ttl_s: float) -> None:
+        if not self._renew(keys=[self.k("lease")], args=[token, int(ttl_s * 1000)]):
+            raise LeaseLostError(f"tail lease {token} lost: another tail took over")
+
+    def release_lease(self, token: str) -> None:
+        self._release(keys=[self.k("lease")], args=[token])
+
+    def lease_holder(self) -> str | None:
+        """The token (``owner|n``) of the tail holding the lease, if any."""
+        return self.r.get(self.k("lease"))
+
+    def captured_at(self, pos: Position) -> float | None:
+        """The latest time the tail's checkpoint was at or below ``pos``: every change the
+        tail had captured by then lies below ``pos``. From the samples each commit records
+        (the last 10,000), so a target applied up to ``pos`` lags by at most now minus this."""
+        found = self.r.zrevrangebylex(self.k("checkpoint_samples"), f"[{pos.encode()}|~", "-", start=0, num=1)
+        return float(found[0].split("|", 1)[1]) if found else None
+
+    def checkpoint(self) -> Checkpoint | None:
+        d = self.r.hgetall(self.k("checkpoint"))
+        if not d:
+            return None
+        return Checkpoint(Position.decode(d["pos"]), json.loads(d["resume"]), float(d["updated_at"]))
+
+    def commit(self, token: str, pos: Position, resume: dict, watermarks: list[tuple[str, Position]],
+               n_events: int) -> int:
+        """Acknowledge everything before ``pos`` (already durable in the store)."""
+        args: list[Any] = [token, pos.encode(), json.dumps(resume), repr(time.time()), n_events]
+        for wm, wpos in watermarks:
+            args += [wm, wpos.encode()]
+        keys = [self.k("lease"), self.k("checkpoint"), self.k("watermarks"),
+                self.k("watermark_conflicts"), self.k("counters"), self.k("issued"),
+                self.k("checkpoint_samples")]
+        res = self._commit(keys=keys, args=args)
+        if res == -1:
+            raise LeaseLostError(f"tail lease {token} lost: checkpoint not moved")
+        # a watermark seen at two positions is recorded, and fails the window that
+        # owns it (wait_window); the tail itself never stops for it
+        return int(res)
+
+    def watermark_pos(self, wm: str) -> Position | None:
+        v = self.r.hget(self.k("watermarks"), wm)
+        return Position.decode(v) if v else None
+
+    def record_issued(self, wm: str, info: dict) -> None:
+        """Which request and table a watermark UUID belongs to (written before the UUID is)."""
+        self.r.hset(self.k("issued"), wm, json.dumps(info | {"at": time.time()}))
+
+    def issued(self, wm: str) -> dict | None:
+        v = self.r.hget(self.k("issued"), wm)
+        return json.loads(v) if v else None
+
+    # -- windows and the apply frontier --------------------------------------
+    def open_window(self, request: str, table: str, floor: Position) -> Window:
+        w = Window(uuid.uuid4().hex, request, table, str(uuid.uuid4()), str(uuid.uuid4()), floor)
+        pipe = self.r.pipeline(transaction=True)
+        self._add_window(pipe, w)
+        pipe.execute()
+        return w
+
+    def _add_window(self, pipe, w: Window) -> None:
+        """The window, and its watermarks as issued (so the tail records them when seen)."""
+        pipe.hset(self.k("windows"), w.id, w.to_json())
+        for kind, wm in (("lw", w.lw), ("hw", w.hw)):
+            pipe.hset(self.k("issued"), wm, json.dumps(
+                {"request": w.request, "table": w.table, "window": w.id, "kind": kind, "at": w.opened_at}))
+
+    def open_windows(self) -> list[Window]:
+        return [Window.from_json(v) for v in self.r.hvals(self.k("windows"))]
+
+    def close_window(self, window: Window, outcome: str, detail: dict | None = None) -> None:
+        pipe = self.r.pipeline(transaction=True)
+        self._forget_window(pipe, window)
+        pipe.lpush(self.k("windows_closed"), json.dumps(
+            {"id": window.id, "request": window.request, "table": window.table,
+             "outcome": outcome, "at": time.time()} | (detail or {})))
+        pipe.ltrim(self.k("windows_closed"), 0, 9999)
+        pipe.execute()
+
+    def _forget_window(self, pipe, window: Window) -> None:
+        pipe.hdel(self.k("windows"), window.id)
+        pipe.hdel(self.k("watermarks"), window.lw, window.hw)
+        pipe.hdel(self.k("issued"), window.lw, window.hw)
+
+    def frontier(self) -> Position | None:
+        """Events below this position are final: no snapshot can still land under it."""
+        cp = self.checkpoint()
+        if cp is None:
+            return None
+        floors = [w.floor for w in self.open_windows()]
+        return min([cp.pos, *floors])
+
+    def window_is_open(self, window_id: str) -> bool:
+        return bool(self.r.hexists(self.k("windows"), window_id))
+
+    def poll_window(self, window: Window) -> tuple[Position, Position] | None:
+        """One look at the window: ``(lw, hw)`` once durable through the HW, else None.
+        Raises WatermarkError as ``check_window_positions`` does."""
+        lw, hw = self.watermark_pos(window.lw), self.watermark_pos(window.hw)
+        conflicts = self.r.hmget(self.k("watermark_conflicts"), [window.lw, window.hw])
+        return check_window_positions(window, lw, hw, conflicts)
+
+    def wait_window(self, window: Window, timeout_s: float, poll_s: float = 0.05) -> tuple[Position, Position]:
+        """Block until the tail made the log durable through the window's HW."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            seen = self.poll_window(window)
+            if seen is not None:
+                return seen
+            if time.monotonic() > deadline:
+                lw, hw = self.watermark_pos(window.lw), self.watermark_pos(window.hw)
+                cp = self.checkpoint()
+                raise WindowTimeoutError(
+                    f"window {window.id} of {window.table} did not close within {timeout_s:.0f}s "
+                    f"(LW seen: {lw is not None}, HW seen: {hw is not None}, tail checkpoint: "
+                    f"{cp.pos if cp else 'none'}). Is the log tail running?")
+            time.sleep(poll_s)
+
+    def open_exclusive_window(self, request: str, table: str, floor: Position,
+                              abandon_after_s: float) -> tuple[Window, list[Window]]:
+        """Open a window for the request's next chunk when no other chunk of it is in flight.
+
+        Windows of the same request opened less than ``abandon_after_s`` ago are a chunk in
+        flight: ChunkInFlightError, nothing changed. Older ones were left by a crashed run:
+        closed as abandoned in the same transaction as the new window opens (their late
+        finish, if any, cannot move progress: ``complete_chunk`` refuses a closed window).
+        Returns the new window and the abandoned ones.
+        """
+        key = self.k("windows")
+        while True:
+            with self.r.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(key)
+                    mine = [w for w in (Window.from_json(v) for v in pipe.hvals(key)) if w.request == request]
+                    now = time.time()
+                    young = [w for w in mine if now - w.opened_at < abandon_after_s]
+                    if young:
+                        w = young[0]
+                        raise ChunkInFlightError(
+                            f"a chunk of request {request} is in flight: window {w.id} of {w.table} opened "
+                            f"{now - w.opened_at:.0f}s ago. A request runs one chunk at a time; it is taken "
+                            f"to be left by a crashed run after {abandon_after_s:.0f}s")
+                    window = Window(uuid.uuid4().hex, request, table, str(uuid.uuid4()), str(uuid.uuid4()), floor)
+                    pipe.multi()
+                    for w in mine:
+                        self._forget_window(pipe, w)
+                        pipe.lpush(self.k("windows_closed"), json.dumps(
+                            {"id": w.id, "request": w.request, "table": w.table, "outcome": "abandoned",
+                             "at": now, "replaced_by": window.id}))
+                    pipe.ltrim(self.k("windows_closed"), 0, 9999)
+                    self._add_window(pipe, window)
+                    pipe.execute()
+                    return window, mine
+                except redis.WatchError:
+                    continue
+
+    # -- dump requests ---------------------------------------------------------
+    def create_request(self, spec: dict) -> str:
+        rid = spec.get("id") or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+        self.r.hset(self.k("request", rid), mapping={
+            "spec": json.dumps(spec | {"id": rid}), "status": "pending", "created_at": time.time()})
+        self.r.zadd(self.k("requests"), {rid: time.time()})
+        return rid
+
+    def request(self, rid: str) -> dict | None:
+        d = self.r.hgetall(self.k("request", rid))
+        if not d:
+            return None
+        d["spec"] = json.loads(d["spec"])
+        return d
+
+    def requests(self, limit: int = 20) -> list[str]:
+        return list(self.r.zrevrange(self.k("requests"), 0, limit - 1))
+
+    def set_request_status(self, rid: str, status: str, error: str = "") -> None:
+        self.r.hset(self.k("request", rid), mapping={"status": status, "error": error,
+                                                     "updated_at": time.time()})
+
+    def set_flag(self, rid: str, flag: str, on: bool = True) -> None:
+        if flag not in ("pause", "cancel"):
+            raise ValueError(flag)
+        self.r.hset(self.k("request", rid), f"flag_{flag}", "1" if on else "0")
+
+    def flag(self, rid: str, flag: str) -> bool:
+        return self.r.hget(self.k("request", rid), f"flag_{flag}") == "1"
+
+    def progress(self, rid: str, table: str) -> dict:
+        v = self.r.hget(self.k("request", rid), f"progress:{table}")
+        return json.loads(v) if v else {}
+
+    def save_progress(self, rid: str, table: str, progress: dict) -> None:
+        self.r.hset(self.k("request", rid), f"progress:{table}", json.dumps(progress))
+
+    def complete_chunk(self, rid: str, table: str, progress: dict, window: Window, detail: dict) -> None:
+        """Chunk progress moves with the window's close, after the snapshot is durable.
+
+        Only while the window is still open: a window closed meanwhile (abandoned by a
+        newer run of the request, or failed) raises WatermarkError and moves nothing, so
+        its chunk is redone and never counted twice."""
+        key = self.k("windows")
+        while True:
+            with self.r.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(key)
+                    if not pipe.hexists(key, window.id):
+                        raise WatermarkError(
+                            f"window {window.id} of {table} was closed before its chunk completed "
+                            "(abandoned by a newer run of the request, or failed): progress not moved, "
+                            "the chunk is redone")
+                    pipe.multi()
+                    pipe.hset(self.k("request", rid), f"progress:{table}", json.dumps(progress))
+                    self._forget_window(pipe, window)
+                    pipe.lpush(self.k("windows_closed"), json.dumps(
+                        {"id": window.id, "request": rid, "table": table, "outcome": "done",
+                         "at": time.time()} | detail))
+                    pipe.ltrim(self.k("windows_closed"), 0, 9999)
+                    pipe.hincrby(self.k("counters"), "chunks", 1)
+                    pipe.hincrby(self.k("counters"), "snapshot_rows", detail.get("rows", 0))
+                    pipe.hincrby(self.k("counters"), "stale_rows_dropped", detail.get("dropped", 0))
+                    pipe.execute()
+                    return
+                except redis.WatchError:
+                    continue
+
+    def counters(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.r.hgetall(self.k("counters")).items()}
+
+    def incr(self, name: str, by: int = 1) -> None:
+        self.r.hincrby(self.k("counters"), name, by)
+
+    def reset(self) -> None:
+        """Drop every key of this source (tests and demo resets)."""
+        keys = list(self.r.scan_iter(match=f"{self.p}:*", count=1000))
+        if keys:
+            self.r.delete(*keys)

@@ -1,0 +1,173 @@
+"""The event log on files: Parquet per table, named by position.
+
+Layout under ``<root>/events/<source>/<db.table>/``:
+
+* ``log-<checkpoint>.parquet``: the tail's log events of one flush, named by the
+  checkpoint the flush started from. A re-read after a crash starts from the same
+  checkpoint and so rewrites the same name: it replaces, never adds.
+* ``snap-<hw position>.parquet``: one window's surviving chunk rows.
+
+Files are written to a temporary name and renamed, so a reader never sees half
+a file. Log events are committed only below the tail's checkpoint; readers pass
+that bound, and the tail deletes log files at or beyond it when it restarts.
+
+Chunk rows selected by a dump (before reconciliation) live in
+``<root>/chunks/<source>/<request>/<db.table>/<window>/``.
+"""
+from __future__ import annotations
+
+import posixpath
+import uuid
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from .events import Event, event_arrow_schema, events_from_arrow, events_to_arrow
+from .positions import Position
+from .schema import TableSchema
+
+LOG_PREFIX, SNAP_PREFIX, SUFFIX = "log-", "snap-", ".parquet"
+
+
+def _file_pos(name: str) -> Position:
+    base = name.rsplit("/", 1)[-1]
+    for prefix in (LOG_PREFIX, SNAP_PREFIX):
+        if base.startswith(prefix) and base.endswith(SUFFIX):
+            return Position.decode(base[len(prefix):-len(SUFFIX)])
+    raise ValueError(f"not an event file: {name}")
+
+
+class EventStore:
+    def __init__(self, root: str, source: str):
+        if "://" in root:
+            self.fs, path = pafs.FileSystem.from_uri(root)
+        else:
+            self.fs, path = pafs.LocalFileSystem(), root
+        self.root = path.rstrip("/")
+        self.source = source
+        self.uri_root = root.rstrip("/")
+
+    # -- paths -------------------------------------------------------------
+    def table_dir(self, table: str) -> str:
+        return posixpath.join(self.root, "events", self.source, table)
+
+    def table_uri(self, table: str) -> str:
+        """The same directory as a URI, for Spark."""
+        base = self.uri_root if "://" in self.uri_root else "file://" + self.uri_root
+        return posixpath.join(base, "events", self.source, table)
+
+    def chunk_dir(self, request_id: str, table: str, window_id: str) -> str:
+        return posixpath.join(self.root, "chunks", self.source, request_id, table, window_id)
+
+    def chunk_uri(self, request_id: str, table: str, window_id: str) -> str:
+        base = self.uri_root if "://" in self.uri_root else "file://" + self.uri_root
+        return posixpath.join(base, "chunks", self.source, request_id, table, window_id)
+
+    # -- writing -----------------------------------------------------------
+    def _write_atomic(self, path: str, data: pa.Table) -> None:
+        self.fs.create_dir(posixpath.dirname(path), recursive=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        pq.write_table(data, tmp, filesystem=self.fs, compression="zstd")
+        self.fs.move(tmp, path)  # atomic rename on local and HDFS
+
+    def write_log_segment(self, table: TableSchema, checkpoint: Position, events: list[Event]) -> str:
+        path = posixpath.join(self.table_dir(table.qualified), f"{LOG_PREFIX}{checkpoint.encode()}{SUFFIX}")
+        self._write_atomic(path, events_to_arrow(table, events))
+        return path
+
+    def write_snapshot(self, table: TableSchema, hw: Position, data: pa.Table) -> str:
+        """``data`` has the event schema (built by the reconciler)."""
+        path = posixpath.join(self.table_dir(table.qualified), f"{SNAP_PREFIX}{hw.encode()}{SUFFIX}")
+        self._write_atomic(path, data.cast(event_arrow_schema(table)))
+        return path
+
+    def write_chunk(self, request_id: str, table: str, window_id: str, rows: pa.Table) -> None:
+        path = posixpath.join(self.chunk_dir(request_id, table, window_id), "part-0.parquet")
+        self._write_atomic(path, rows)
+
+    def read_chunk(self, request_id: str, table: str, window_id: str) -> pa.Table:
+        """The chunk rows a select wrote (Spark part files or write_chunk's one file)."""
+        files = [i.path for i in self._files(self.chunk_dir(request_id, table, window_id))
+                 if i.base_name.endswith(".parquet") and not i.base_name.startswith((".", "_"))
+                 and ".tmp-" not in i.base_name]
+        if not files:
+            raise FileNotFoundError(f"no chunk rows for window {window_id} of {table}")
+        return pa.concat_tables([pq.read_table(f, filesystem=self.fs) for f in sorted(files)],
+                                promote_options="default")
+
+    def remove_chunk(self, request_id: str, table: str, window_id: str) -> None:
+        """Chunk rows are transient: once the snapshot is durable they are dropped."""
+        path = self.chunk_dir(request_id, table, window_id)
+        if self.fs.get_file_info(path).type == pafs.FileType.Directory:
+            self.fs.delete_dir(path)
+
+    def remove_uncommitted_logs(self, checkpoint: Position) -> list[str]:
+        """Log files at or past the checkpoint were written by a flush that never committed."""
+        removed = []
+        for info in self._files(posixpath.join(self.root, "events", self.source), recursive=True):
+            base = info.path.rsplit("/", 1)[-1]
+            if base.startswith(LOG_PREFIX) and base.endswith(SUFFIX) and _file_pos(base) >= checkpoint:
+                self.fs.delete_file(info.path)
+                removed.append(info.path)
+            elif ".tmp-" in base:
+                self.fs.delete_file(info.path)
+        return removed
+
+    # -- reading -----------------------------------------------------------
+    def _files(self, path: str, recursive: bool = False) -> list[pafs.FileInfo]:
+        sel = pafs.FileSelector(path, allow_not_found=True, recursive=recursive)
+        return [i for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File]
+
+    def tables(self) -> list[str]:
+        sel = pafs.FileSelector(posixpath.join(self.root, "events", self.source), allow_not_found=True)
+        return sorted(i.base_name for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.Directory)
+
+    def files_for_range(self, table: str, lo: Position | None, hi: Position) -> list[str]:
+        """Files that may hold events with lo < pos < hi.
+
+        A log file holds positions from its name up to the next log file's name;
+        a snapshot file holds its HW position plus row indexes.
+        """
+        logs, snaps = [], []
+        for info in self._files(self.table_dir(table)):
+            if ".tmp-" in info.base_name or not info.base_name.endswith(SUFFIX):
+                continue
+            (logs if info.base_name.startswith(LOG_PREFIX) else snaps).append(
+                (_file_pos(info.base_name), info.path))
+        logs.sort()
+        chosen = []
+        for i, (start, path) in enumerate(logs):
+            nxt = logs[i + 1][0] if i + 1 < len(logs) else None
+            if start >= hi or (lo is not None and nxt is not None and nxt <= lo):
+                continue
+            chosen.append(path)
+        chosen += [p for start, p in snaps
+                   if start < hi and (lo is None or (start.log, start.offset) >= (lo.log, lo.offset))]
+        return chosen
+
+    def read_range(self, table: TableSchema, lo: Position | None, hi: Position,
+                   ops: Iterable[str] | None = None) -> pa.Table:
+        """Events of one table with lo < pos < hi, deduplicated and in position order."""
+        schema = event_arrow_schema(table)
+        parts = [pq.read_table(p, filesystem=self.fs, schema=schema)
+                 for p in self.files_for_range(table.qualified, lo, hi)]
+        data = pa.concat_tables(parts) if parts else schema.empty_table()
+        mask = pc.less(data["pos"], hi.encode())
+        if lo is not None:
+            mask = pc.and_(mask, pc.greater(data["pos"], lo.encode()))
+        if ops is not None:
+            mask = pc.and_(mask, pc.is_in(data["op"], pa.array(list(ops))))
+        data = data.filter(mask)
+        # a replayed flush may have left the same event in two files: keep one
+        data = data.sort_by([("pos", "ascending")])
+        if data.num_rows > 1:
+            pos = data["pos"]
+            keep = pc.not_equal(pos.slice(1), pos.slice(0, data.num_rows - 1))
+            data = data.filter(pa.concat_arrays([pa.array([True]), keep.combine_chunks()]))
+        return data
+
+    def read_events(self, table: TableSchema, lo: Position | None, hi: Position) -> list[Event]:
+        return events_from_arrow(table, self.read_range(table, lo, hi))

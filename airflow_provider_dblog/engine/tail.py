@@ -1,0 +1,145 @@
+"""The log tail: source log -> changelog segments -> fenced Redis checkpoint.
+
+It never waits for a dump (invariant 3): watermarks are just rows whose
+positions it records. A flush writes every table's events of the batch to files
+named by the checkpoint the batch started from, makes them durable, and only
+then moves the checkpoint and records the watermarks seen (invariant 5).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .config import TailConfig
+from .events import Event
+from .positions import Position
+from .schema import TableSchema
+from .sources.base import Idle, RowChange, Source, TxnEnd, WatermarkSeen
+from .state import RedisState
+from .store import EventStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TailStats:
+    events: int = 0
+    watermarks: int = 0
+    flushes: int = 0
+    start: str = ""
+    end: str = ""
+    seconds: float = 0.0
+    lag_s: float = 0.0  # now minus the source timestamp of the last event flushed
+    skipped: bool = False  # another tail held the lease
+    per_table: dict = field(default_factory=lambda: defaultdict(int))
+
+
+class Tail:
+    def __init__(self, source: Source, state: RedisState, store: EventStore, config: TailConfig,
+                 owner: str | None = None):
+        self.source, self.state, self.store, self.config = source, state, store, config
+        self.owner = (owner or f"{socket.gethostname()}:{os.getpid()}").replace("|", "_")
+        self.schemas: dict[str, TableSchema] = {t: source.table_schema(t) for t in source.tables}
+
+    def run(self, max_seconds: float | None = None, max_events: int | None = None,
+            should_stop: Callable[[], bool] | None = None) -> TailStats:
+        """Tail until the deadline, the event budget or should_stop(); flush, checkpoint, return."""
+        stats = TailStats()
+        token = self.state.acquire_lease(self.owner, self.config.lease_seconds)
+        if token is None:
+            log.warning("another tail holds the lease for %s; doing nothing", self.state.source)
+            stats.skipped = True
+            return stats
+        started = time.monotonic()
+        try:
+            self.source.prepare_log()  # e.g. a replication slot, before the first checkpoint
+            cp = self.state.checkpoint()
+            if cp is None:  # first run: start at the log's current end
+                pos, resume = self.source.current_resume()
+                self.state.commit(token, pos, resume, [], 0)
+                cp = self.state.checkpoint()
+            removed = self.store.remove_uncommitted_logs(cp.pos)
+            if removed:
+                log.info("removed %d uncommitted segment file(s) past %s", len(removed), cp.pos)
+            stats.start = cp.pos.encode()
+            self._loop(token, cp.pos, cp.resume, started, max_seconds, max_events,
+                       should_stop or (lambda: False), stats)
+        finally:
+            self.state.release_lease(token)
+        stats.seconds = time.monotonic() - started
+        stats.end = self.state.checkpoint().pos.encode()
+        return stats
+
+    def _loop(self, token, batch_start: Position, resume: dict, started: float,
+              max_seconds, max_events, should_stop: Callable[[], bool], stats: TailStats) -> None:
+        batch: dict[str, list[Event]] = defaultdict(list)
+        marks: list[tuple[str, Position]] = []
+        n_batch = 0
+        committed: tuple[Position, dict] | None = None  # last TxnEnd not yet flushed
+        last_flush = last_renew = time.monotonic()
+        last_ts = 0
+
+        def out_of_budget() -> bool:
+            return (should_stop() or (max_seconds is not None and time.monotonic() - started >= max_seconds)
+                    or (max_events is not None and stats.events + n_batch >= max_events))
+
+        def flush() -> None:
+            nonlocal batch, marks, n_batch, committed, batch_start, last_flush
+            if committed is None:
+                return
+            pos, res = committed
+            for table, events in batch.items():
+                self.store.write_log_segment(self.schemas[table], batch_start, events)
+            self.state.commit(token, pos, res, marks, n_batch)
+            self.source.confirm(res)  # only now may the source release its log before pos
+            stats.events += n_batch
+            stats.watermarks += len(marks)
+            stats.flushes += 1
+            for table, events in batch.items():
+                stats.per_table[table] += len(events)
+            if last_ts:
+                stats.lag_s = max(0.0, time.time() - last_ts / 1000)
+            batch, marks, n_batch, committed = defaultdict(list), [], 0, None
+            batch_start, last_flush = pos, time.monotonic()
+
+        # events of the transaction being read: they join the batch at its commit,
+        # so a flush never writes half a transaction
+        pending: list[Event] = []
+        pending_marks: list[tuple[str, Position]] = []
+        stop = False
+        for item in self.source.read_log(resume, lambda: stop or out_of_budget()):
+            if isinstance(item, RowChange):
+                pending.append(item.event)
+                continue
+            if isinstance(item, WatermarkSeen):
+                pending_marks.append((item.value, item.pos))
+                continue
+            if isinstance(item, TxnEnd):
+                for e in pending:
+                    batch[e.table].append(e)
+                    last_ts = e.source_ts or last_ts
+                n_batch += len(pending)
+                marks += pending_marks
+                pending, pending_marks = [], []
+                committed = (item.pos, item.resume)
+                # flush on a watermark at once: a dump is waiting for its window
+                if marks or n_batch >= self.config.flush_events:
+                    flush()
+            elif pending:  # Idle inside a transaction: keep reading
+                continue
+            now = time.monotonic()
+            if now - last_flush >= self.config.flush_seconds:
+                flush()
+                last_flush = now
+            if now - last_renew >= self.config.lease_seconds / 3:
+                self.state.renew_lease(token, self.config.lease_seconds)
+                last_renew = now
+            if out_of_budget():
+                break
+        stop = True
+        flush()

@@ -1,0 +1,362 @@
+"""A PostgreSQL apply target: one table per captured source table, merged by position.
+
+Source table ``shop.orders`` lands in ``"<schema>"."shop__orders"``: the source's
+columns (typed by ``Column.postgres_type``), its primary key, and ``_dblog_pos``,
+the position of the event that wrote the row. ``"<schema>".dblog_apply_state``
+holds, per (source, table), the position below which every event has been
+applied: the apply's checkpoint, moved in the same transaction as the rows.
+
+A batch is staged in a plain table (Spark writes it over JDBC) and merged in one
+transaction that
+
+* takes an advisory lock per target table, so two applies never interleave;
+* ignores stage rows below the checkpoint (a replayed or stale batch changes
+  nothing, and cannot bring back a row a later batch deleted);
+* keeps the latest stage row per key;
+* deletes a row only when the delete is newer than the row, and inserts or
+  updates a row only when the event is newer than the row (invariant 1);
+* moves the checkpoint forward only (never back).
+
+Identifiers are always quoted with ``psycopg2.sql.Identifier``; values are bound.
+No Spark and no Airflow here.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psycopg2
+import psycopg2.errors
+from psycopg2 import sql
+
+from ..config import TargetConfig
+from ..positions import Position
+from ..schema import TableSchema
+
+log = logging.getLogger(__name__)
+
+STATE_TABLE = "dblog_apply_state"
+POS_COLUMN = "_dblog_pos"
+OP_COLUMN = "_dblog_op"
+STAGE_PREFIX = "_dblog_stage__"
+_MAX_IDENT = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
+
+
+def _fit(name: str) -> str:
+    """PostgreSQL silently truncates long names; shorten them deterministically instead."""
+    if len(name.encode()) <= _MAX_IDENT:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:12]
+    return name.encode()[:_MAX_IDENT - 13].decode(errors="ignore") + "_" + digest
+
+
+def _qualified(table: TableSchema | str) -> str:
+    return table.qualified if isinstance(table, TableSchema) else str(table)
+
+
+def target_table_name(table: TableSchema | str) -> str:
+    """``shop.orders`` -> ``shop__orders`` (the table's name in the target schema)."""
+    db, name = _qualified(table).split(".", 1)
+    return _fit(f"{db}__{name}")
+
+
+def stage_table_name(table: TableSchema | str, run_id: str = "") -> str:
+    """The stage table of one apply of ``table``; ``run_id`` makes it private to a run."""
+    db, name = _qualified(table).split(".", 1)
+    return _fit(f"{STAGE_PREFIX}{db}__{name}" + (f"__{run_id}" if run_id else ""))
+
+
+@dataclass
+class MergeResult:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    stale: int = 0      # stage rows at or below the target's version (or the checkpoint)
+    staged: int = 0     # stage rows considered (at or after the checkpoint, latest per key)
+    checkpoint_moved: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class PostgresTarget:
+    def __init__(self, config: TargetConfig, connect_timeout: int = 10):
+        self.config = config
+        self.schema = config.schema
+        self.database = config.endpoint.database or "postgres"
+        self.connect_timeout = connect_timeout
+        self._conn = None
+
+    # -- connections -----------------------------------------------------------
+    def _connect(self, database: str):
+        ep = self.config.endpoint
+        return psycopg2.connect(host=ep.host, port=ep.port, user=ep.user, password=ep.password,
+                                dbname=database, connect_timeout=self.connect_timeout,
+                                application_name="dblog-apply")
+
+    def ensure_database(self) -> bool:
+        """Create the target database if it is missing; True if it was created."""
+        try:
+            self._connect(self.database).close()
+            return False
+        except psycopg2.OperationalError as e:
+            if "does not exist" not in str(e):
+                raise
+        admin = self._connect("postgres")
+        try:
+            admin.autocommit = True
+            with admin.cursor() as cur:
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,))
+                if cur.fetchone():
+                    return False
+                try:
+                    cur.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
+                except psycopg2.errors.DuplicateDatabase:  # created concurrently
+                    return False
+                log.info("created target database %s", self.database)
+                return True
+        finally:
+            admin.close()
+
+    @property
+    def conn(self):
+        if self._conn is None or self._conn.closed:
+            self.ensure_database()
+            self._conn = self._connect(self.database)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None and not self._conn.closed:
+            self._conn.close()
+        self._conn = None
+
+    def __enter__(self) -> "PostgresTarget":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def jdbc(self) -> tuple[str, dict[str, str]]:
+        """URL and properties for Spark's JDBC writer (PostgreSQL JDBC driver)."""
+        ep = self.config.endpoint
+        url = f"jdbc:postgresql://{ep.host}:{ep.port}/{self.database}?reWriteBatchedInserts=true"
+        return url, {"driver": "org.postgresql.Driver", "user": ep.user, "password": ep.password,
+                     "stringtype": "unspecified", "batchsize": "5000"}
+
+    # -- names -------------------------------------------------------------------
+    def _tid(self, name: str) -> sql.Composed:
+        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(name))
+
+    def qualified_stage(self, stage: str) -> str:
+        """The stage's name as SQL text (quoted), for Spark's ``dbtable`` option."""
+        return '"{}"."{}"'.format(self.schema.replace('"', '""'), stage.replace('"', '""'))
+
+    # -- DDL -----------------------------------------------------------------------
+    def _ensure_schema(self, cur) -> None:
+        cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+        cur.execute(sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} ("
+            " source text NOT NULL,"
+            " table_name text NOT NULL,"
+            " pos text COLLATE \"C\" NOT NULL,"
+            " applied_at timestamptz,"
+            " PRIMARY KEY (source, table_name))").format(self._tid(STATE_TABLE)))
+
+    def _table_exists(self, cur, name: str) -> bool:
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", (self.qualified_stage(name),))
+        return bool(cur.fetchone()[0])
+
+    def ensure_table(self, table: TableSchema) -> bool:
+        """Create the target table (and the checkpoint table); True if it was created.
+
+        Runs under the table's advisory lock so concurrent first applies do not race.
+        """
+        name = target_table_name(table)
+        cols = [sql.SQL("{} {}{}").format(
+                    sql.Identifier(c.name), sql.SQL(c.postgres_type),
+                    sql.SQL(" NOT NULL" if c.name in table.key else ""))
+                for c in table.columns]
+        cols.append(sql.SQL("{} text COLLATE \"C\" NOT NULL").format(sql.Identifier(POS_COLUMN)))
+        cols.append(sql.SQL("PRIMARY KEY ({})").format(
+            sql.SQL(", ").join(sql.Identifier(k) for k in table.key)))
+        with self.conn, self.conn.cursor() as cur:
+            self._lock(cur, table)
+            self._ensure_schema(cur)
+            existed = self._table_exists(cur, name)
+            if not existed:
+                cur.execute(sql.SQL("CREATE TABLE {} ({})").format(
+                    self._tid(name), sql.SQL(", ").join(cols)))
+                log.info("created target table %s.%s", self.schema, name)
+        return not existed
+
+    def create_stage(self, table: TableSchema, stage: str) -> None:
+        """An empty stage table typed like the target (no constraints), for Spark to append to.
+
+        Pre-creating it keeps the types exact (numeric(p,s), timestamp(6), bytea, ...)
+        instead of whatever Spark's JDBC dialect would pick.
+        """
+        cols = [sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.postgres_type))
+                for c in table.columns]
+        cols.append(sql.SQL("{} text NOT NULL").format(sql.Identifier(OP_COLUMN)))
+        cols.append(sql.SQL("{} text COLLATE \"C\" NOT NULL").format(sql.Identifier(POS_COLUMN)))
+        with self.conn, self.conn.cursor() as cur:
+            self._ensure_schema(cur)
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._tid(stage)))
+            cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(
+                self._tid(stage), sql.SQL(", ").join(cols)))
+
+    def drop_stage(self, stage: str) -> None:
+        if not stage.startswith(STAGE_PREFIX):
+            raise ValueError(f"{stage!r} is not a stage table")
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._tid(stage)))
+
+    # -- checkpoint ----------------------------------------------------------------
+    def _lock(self, cur, table: TableSchema | str) -> None:
+        key = f"dblog-apply|{self.database}|{self.schema}|{target_table_name(table)}"
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+
+    def _applied(self, cur, source: str, table: TableSchema | str) -> Position | None:
+        if not self._table_exists(cur, STATE_TABLE):
+            return None
+        cur.execute(sql.SQL("SELECT pos FROM {} WHERE source = %s AND table_name = %s").format(
+            self._tid(STATE_TABLE)), (source, _qualified(table)))
+        row = cur.fetchone()
+        return Position.decode(row[0]) if row else None
+
+    def applied_pos(self, source: str, table: TableSchema | str) -> Position | None:
+        """Every event of ``table`` below this position has been applied (None: nothing yet)."""
+        with self.conn, self.conn.cursor() as cur:
+            return self._applied(cur, source, table)
+
+    def _advance(self, cur, source: str, table: TableSchema | str, pos: Position) -> bool:
+        cur.execute(sql.SQL(
+            "INSERT INTO {t} AS s (source, table_name, pos, applied_at) VALUES (%s, %s, %s, now()) "
+            "ON CONFLICT (source, table_name) DO UPDATE SET pos = EXCLUDED.pos, applied_at = EXCLUDED.applied_at "
+            "WHERE s.pos < EXCLUDED.pos").format(t=self._tid(STATE_TABLE)),
+            (source, _qualified(table), pos.encode()))
+        return cur.rowcount == 1
+
+    def advance_applied(self, source: str, table: TableSchema | str, pos: Position) -> bool:
+        """Move the checkpoint forward without rows (an empty batch). Never moves it back."""
+        with self.conn, self.conn.cursor() as cur:
+            self._lock(cur, table)
+            self._ensure_schema(cur)
+            return self._advance(cur, source, table, pos)
+
+    def reset_applied(self, source: str, table: TableSchema | str) -> None:
+        """Forget the checkpoint (the target table was recreated empty: re-apply from the start)."""
+        with self.conn, self.conn.cursor() as cur:
+            self._lock(cur, table)
+            self._ensure_schema(cur)
+            cur.execute(sql.SQL("DELETE FROM {} WHERE source = %s AND table_name = %s").format(
+                self._tid(STATE_TABLE)), (source, _qualified(table)))
+
+    # -- the merge -------------------------------------------------------------------
+    def merge_from_stage(self, table: TableSchema, stage: str, source: str, new_pos: Position,
+                         drop_stage: bool = False) -> MergeResult:
+        """Merge a staged batch in one transaction and move the checkpoint to ``new_pos``.
+
+        The stage holds the table's columns plus ``_dblog_op`` and ``_dblog_pos``
+        (for a delete, the key columns of its before image). Stage rows below the
+        checkpoint are ignored; of the rest the latest per key counts, and it
+        changes a target row only if its position is newer than the row's.
+        """
+        tgt = self._tid(target_table_name(table))
+        stg = self._tid(stage)
+        cols = [sql.Identifier(c) for c in table.column_names]
+        keys = [sql.Identifier(k) for k in table.key]
+        non_keys = [sql.Identifier(c) for c in table.column_names if c not in table.key]
+        pos, op = sql.Identifier(POS_COLUMN), sql.Identifier(OP_COLUMN)
+        key_list = sql.SQL(", ").join(keys)
+        key_match = sql.SQL(" AND ").join(
+            sql.SQL("t.{k} = l.{k}").format(k=k) for k in keys)
+        updates = sql.SQL(", ").join(
+            [sql.SQL("{c} = EXCLUDED.{c}").format(c=c) for c in non_keys]
+            + [sql.SQL("{p} = EXCLUDED.{p}").format(p=pos)])
+        col_list = sql.SQL(", ").join(cols + [pos])
+        # One statement: data-modifying CTEs share a snapshot, and the deleted and
+        # upserted keys are disjoint (a key's latest stage row is one or the other).
+        merge = sql.SQL("""
+            WITH latest AS (
+                SELECT DISTINCT ON ({key_list}) *
+                FROM {stg}
+                WHERE {pos} >= %(floor)s
+                ORDER BY {key_list}, {pos} DESC
+            ), del AS (
+                DELETE FROM {tgt} AS t USING latest AS l
+                WHERE l.{op} = 'delete' AND {key_match} AND t.{pos} < l.{pos}
+                RETURNING 1
+            ), ups AS (
+                INSERT INTO {tgt} AS t ({col_list})
+                SELECT {col_list} FROM latest WHERE {op} <> 'delete'
+                ON CONFLICT ({key_list}) DO UPDATE SET {updates}
+                WHERE t.{pos} < EXCLUDED.{pos}
+                RETURNING (xmax = 0) AS inserted
+            )
+            SELECT (SELECT count(*) FROM latest),
+                   (SELECT count(*) FROM ups WHERE inserted),
+                   (SELECT count(*) FROM ups WHERE NOT inserted),
+                   (SELECT count(*) FROM del)
+        """).format(key_list=key_list, stg=stg, pos=pos, tgt=tgt, op=op, key_match=key_match,
+                    col_list=col_list, updates=updates)
+        with self.conn, self.conn.cursor() as cur:
+            self._lock(cur, table)
+            self._ensure_schema(cur)
+            applied = self._applied(cur, source, table)
+            floor = applied.encode() if applied is not None else ""
+            cur.execute(merge, {"floor": floor})
+            staged, inserted, updated, deleted = (int(v) for v in cur.fetchone())
+            moved = self._advance(cur, source, table, new_pos)
+            if drop_stage:
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stg))
+        res = MergeResult(inserted=inserted, updated=updated, deleted=deleted,
+                          stale=staged - inserted - updated - deleted, staged=staged,
+                          checkpoint_moved=moved)
+        log.info("merged %s into %s.%s: %s", stage, self.schema, target_table_name(table), res)
+        return res
+
+    # -- reading (tests, verification) ------------------------------------------------
+    def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]:
+        """The target table's rows in key order, as Python values (bytea as bytes)."""
+        names = table.column_names + ([POS_COLUMN] if with_pos else [])
+        q = sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
+            sql.SQL(", ").join(sql.Identifier(c) for c in names),
+            self._tid(target_table_name(table)),
+            sql.SQL(", ").join(sql.Identifier(k) for k in table.key))
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute(q)
+            out = []
+            for r in cur.fetchall():
+                out.append({n: bytes(v) if isinstance(v, memoryview) else v for n, v in zip(names, r)})
+            return out
+
+    def count(self, table: TableSchema | str) -> int:
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute(sql.SQL("SELECT count(*) FROM {}").format(self._tid(target_table_name(table))))
+            return int(cur.fetchone()[0])
+
+    def exists(self, table: TableSchema | str) -> bool:
+        with self.conn, self.conn.cursor() as cur:
+            return self._table_exists(cur, target_table_name(table))
+
+    def drop_all(self) -> list[str]:
+        """Drop every table this target created in its schema (tests, demo resets).
+
+        Only dblog's own tables: ``dblog_apply_state``, stage tables, and tables
+        with a ``_dblog_pos`` column. The schema itself stays.
+        """
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND ("
+                " c.relname = %s OR c.relname LIKE %s OR EXISTS ("
+                "  SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = %s"
+                "  AND NOT a.attisdropped))",
+                (self.schema, STATE_TABLE, STAGE_PREFIX.replace("_", r"\_") + "%", POS_COLUMN))
+            names = [r[0] for r in cur.fetchall()]
+            for n in names:
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(self._tid(n)))
+        return names

@@ -1,0 +1,122 @@
+"""DBLogHook: the engine's config, with credentials from Airflow connections.
+
+The config is the same YAML the ``dblog`` command reads. Its sources, targets
+and state may name Airflow connections (``conn_id: ...``); the hook looks them up
+through Airflow and gives them to the engine, and to the Spark jobs it starts,
+in Airflow's own ``AIRFLOW_CONN_<ID>`` form, so no secret is written anywhere.
+"""
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from ..engine.config import Config, conn_env_name, load_config, referenced_conn_ids
+from ..exceptions import DBLogConfigNotFound
+
+CONFIG_ENV = "DBLOG_CONFIG"
+
+
+class DBLogHook(BaseHook):
+    """Builds the engine's parts (source, Redis state, event store, dump runner, target)
+    from a dblog config file.
+
+    :param config_path: the YAML config; default: the connection's ``config_path``
+        extra, else ``$DBLOG_CONFIG``.
+    :param dblog_conn_id: an optional ``dblog`` connection holding ``config_path``.
+    """
+
+    conn_name_attr = "dblog_conn_id"
+    default_conn_name = "dblog_default"
+    conn_type = "dblog"
+    hook_name = "DBLog"
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+        from flask_babel import lazy_gettext
+        from wtforms import StringField
+
+        return {"config_path": StringField(lazy_gettext("Config file (YAML)"), widget=BS3TextFieldWidget())}
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["host", "schema", "login", "password", "port"],
+            "relabeling": {},
+            "placeholders": {"config_path": "/opt/dblog/dblog.yaml",
+                             "extra": '{"config_path": "/opt/dblog/dblog.yaml"}'},
+        }
+
+    def __init__(self, config_path: str | None = None, dblog_conn_id: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.dblog_conn_id = dblog_conn_id
+
+    # -- config ----------------------------------------------------------------
+    def resolve_config_path(self) -> str:
+        path = self.config_path
+        if not path and self.dblog_conn_id:
+            conn = self.get_connection(self.dblog_conn_id)
+            path = conn.extra_dejson.get("config_path") or conn.host
+        path = path or os.environ.get(CONFIG_ENV)
+        if not path:
+            raise DBLogConfigNotFound(
+                f"no dblog config: pass config_path, set config_path on a 'dblog' connection, "
+                f"or set ${CONFIG_ENV}")
+        if not os.path.exists(path):
+            raise DBLogConfigNotFound(f"dblog config {path} does not exist on this worker")
+        return path
+
+    @cached_property
+    def connection_env(self) -> dict[str, str]:
+        """``AIRFLOW_CONN_<ID>`` for every connection the config names, as JSON."""
+        env = {}
+        for conn_id in referenced_conn_ids(self.resolve_config_path()):
+            name = conn_env_name(conn_id)
+            if name in os.environ:  # defined in the environment already: the same thing Airflow reads
+                env[name] = os.environ[name]
+            else:
+                env[name] = self.get_connection(conn_id).as_json()
+        return env
+
+    @cached_property
+    def config(self) -> Config:
+        return load_config(self.resolve_config_path(), env={**os.environ, **self.connection_env})
+
+    def subprocess_env(self) -> dict[str, str]:
+        """The environment a Spark job needs: the resolved connections and a local Spark."""
+        from ..engine.jobs import job_env
+        return {**job_env(), **self.connection_env}
+
+    # -- engine parts ----------------------------------------------------------
+    def source(self, name: str | None = None):
+        from ..engine.sources import open_source
+        return open_source(self.config.source(name))
+
+    def state(self, source: str | None = None):
+        from ..engine.state import RedisState
+        cfg = self.config
+        return RedisState(cfg.redis_url, cfg.state_prefix, cfg.source(source).name)
+
+    def store(self, source: str | None = None):
+        from ..engine.store import EventStore
+        return EventStore(self.config.storage_root, self.config.source(source).name)
+
+    def runner(self, source: str | None = None, reader=None):
+        from ..engine.dump import DumpRunner
+        return DumpRunner(self.source(source), self.state(source), self.store(source), reader, self.config.dump)
+
+    def target(self, name: str | None = None):
+        from ..engine.targets import open_target
+        return open_target(self.config.target(name))
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            cfg = self.config
+            problems = [f"{s}: {p}" for s in cfg.sources for p in self.source(s).check()]
+        except Exception as e:  # the UI shows the message
+            return False, f"{type(e).__name__}: {e}"
+        return (not problems, "; ".join(problems) or f"{len(cfg.sources)} source(s) ready for CDC")

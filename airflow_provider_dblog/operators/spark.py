@@ -1,0 +1,212 @@
+"""DBLogSparkSubmitOperator: a dblog Spark job (``spark_jobs/<job>.py``) through the Spark provider.
+
+The job's command line is the one the ``dblog`` command builds (``engine.jobs``):
+the same application file, ``--jars``, ``--conf`` settings and environment. The
+config is only known at run time (``config_path`` is templated), so all of it is
+resolved in ``execute()`` before ``SparkSubmitOperator.execute`` runs.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+
+from ..engine.jobs import (
+    ERROR_PREFIX,
+    RESULT_PREFIX,
+    SparkJobError,
+    application_path,
+    existing_jars,
+    parse_result,
+    spark_conf,
+    spark_submit_binary,
+)
+from ..exceptions import DBLogSparkConnectionError
+from ..hooks.dblog import DBLogHook
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+SPARK_CONN_JSON = '{"conn_type":"spark","host":"local[2]"}'
+
+# settings that SparkSubmitOperator sets through its own arguments (--master, --jars,
+# --name, --driver-memory, --deploy-mode, --queue, --packages): never passed as --conf
+HANDLED_CONF = frozenset({
+    "spark.master", "spark.submit.deployMode", "spark.jars", "spark.jars.packages",
+    "spark.app.name", "spark.driver.memory", "spark.yarn.queue",
+})
+
+JOB_ENV_KEYS = frozenset({"SPARK_LOCAL_IP", "TZ", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH"})
+
+# what SparkSubmitHook can resolve a connection to that spark-submit accepts
+_MASTER = re.compile(r"^(local(\[[^\]]+\])?|local-cluster\[[^\]]+\]|yarn|(spark|mesos|k8s)://\S+)$")
+
+
+
+class DBLogSparkSubmitOperator(SparkSubmitOperator):
+    """Run one of dblog's Spark jobs (``dump_job``, ``apply_job``) with ``spark-submit``.
+
+    The base of :class:`~airflow_provider_dblog.operators.dump.DBLogDumpOperator` and
+    :class:`~airflow_provider_dblog.operators.apply.DBLogApplyOperator`; usable on its own
+    for a job the provider has no operator for. At run time it sets, from the dblog config:
+
+    * ``application``: ``spark_jobs/<job>.py`` of the installed package;
+    * ``jars``: the config's ``spark.jars`` that exist on the worker (JDBC drivers), plus yours;
+    * ``conf``: the engine's Spark settings (UTC session and JVM, Parquet timestamps, the
+      worker's Python) and the config's ``spark.conf``; yours win;
+    * ``env_vars``: the connections the config names as ``AIRFLOW_CONN_*``, ``SPARK_LOCAL_IP``,
+      ``PYSPARK_PYTHON`` and ``PYTHONPATH`` (credentials go by environment, never by argument);
+    * ``driver_memory``: the config's ``spark.driver_memory`` unless you pass one.
+
+    Spark runs on the master of the Spark connection ``conn_id`` (the config's
+    ``spark.master`` is what the ``dblog`` command uses). The connection must exist: the
+    Spark provider would otherwise silently submit to YARN, so this operator fails first,
+    naming the connection to create, e.g. ``{"conn_type":"spark","host":"local[2]"}``.
+    Client mode only for now: the driver runs in the worker's task.
+
+    The job's result (its ``DBLOG_RESULT <json>`` output line) is the task's return value.
+
+    :param job: the Spark job, ``dump_job`` or ``apply_job``.
+    :param config_path: the dblog YAML config (templated); default: the ``dblog``
+        connection's ``config_path``, else ``$DBLOG_CONFIG``.
+    :param dblog_conn_id: an optional ``dblog`` connection holding ``config_path``.
+    :param job_args: extra arguments for the job after ``--config PATH`` (templated).
+    :param conn_id: the Spark connection (default ``spark_default``).
+    :param kwargs: anything else :class:`SparkSubmitOperator` takes (``conf``, ``jars``,
+        ``executor_memory``, ``verbose``, ...).
+
+    Example::
+
+        DBLogSparkSubmitOperator(task_id="apply", job="apply_job",
+                                 config_path="/opt/dblog/dblog.yaml",
+                                 job_args=["--target", "warehouse"])
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "config_path", "job_args")
+    ui_color = "#e8d5f5"
+    ui_fgcolor = "#000000"
+    # env_vars holds the resolved connections once execute() has run: never store them
+    # as rendered fields (Airflow renders and stores the fields before execute)
+    overwrite_rtif_after_execution = False
+
+    def __init__(self, *, job: str, config_path: str | None = None, dblog_conn_id: str | None = None,
+                 job_args: list[Any] | None = None, conn_id: str = "spark_default",
+                 name: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("application", application_path(job))  # shown in the UI; set again at run time
+        super().__init__(conn_id=conn_id, name=name or f"dblog-{job}", **kwargs)
+        self.job = job
+        self.config_path = config_path
+        self.dblog_conn_id = dblog_conn_id
+        self.job_args = job_args
+        self._result_lines: list[str] = []
+
+    # -- what subclasses change ---------------------------------------------------
+    def job_arguments(self, hook: DBLogHook, context: Context) -> list[str]:
+        """The job's arguments after ``--config PATH``."""
+        return [str(a) for a in (self.job_args or [])]
+
+    def handle_result(self, result: dict, hook: DBLogHook, context: Context) -> Any:
+        """The task's return value (XCom) from the job's result."""
+        return result
+
+    def handle_failure(self, error: SparkJobError, hook: DBLogHook, context: Context) -> None:
+        """Called when the job failed; raise something else, or return to raise ``error``."""
+
+    # -- the run ---------------------------------------------------------------------
+    def dblog_hook(self) -> DBLogHook:
+        return DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id)
+
+    def check_spark_connection(self) -> str:
+        """The master the Spark connection resolves to; raises if it is missing or unusable."""
+        create = (f"create it, e.g. `airflow connections add {self._conn_id} --conn-json "
+                  f"'{SPARK_CONN_JSON}'` or set AIRFLOW_CONN_{self._conn_id.upper()}='{SPARK_CONN_JSON}'")
+        try:
+            BaseHook.get_connection(self._conn_id)
+        except AirflowNotFoundException:
+            raise DBLogSparkConnectionError(
+                f"Spark connection {self._conn_id!r} does not exist (the Spark provider would silently "
+                f"submit to YARN instead): {create}") from None
+        master = str(self._get_hook()._connection.get("master") or "")
+        if not _MASTER.match(master):
+            raise DBLogSparkConnectionError(
+                f"Spark connection {self._conn_id!r} resolves to master {master!r}, which spark-submit "
+                f"does not accept: put the master in the connection's host, {create}")
+        return master
+
+    def prepare(self, hook: DBLogHook, context: Context) -> None:
+        """Set application, jars, conf, env_vars and the arguments from the config."""
+        cfg = hook.config
+        self.application = application_path(self.job)
+        jars = existing_jars(cfg) + [j for j in (self.jars or "").split(",") if j.strip()]
+        self.jars = ",".join(dict.fromkeys(jars)) or None
+        self.conf = {**{k: v for k, v in spark_conf(cfg).items() if k not in HANDLED_CONF},
+                     **(self.conf or {})}
+        if not self._driver_memory and cfg.spark.driver_memory:
+            self._driver_memory = str(cfg.spark.driver_memory)
+        # what the job needs (hook.subprocess_env() is this process's environment plus that):
+        # the variables the engine sets for its jobs, the connections, anything else it changed
+        full = hook.subprocess_env()
+        env = {k: v for k, v in full.items()
+               if k in JOB_ENV_KEYS or k.startswith("AIRFLOW_CONN_") and k in hook.connection_env
+               or os.environ.get(k) != v}
+        if not shutil.which("spark-submit", path=env.get("PATH", os.environ.get("PATH"))):
+            try:  # pyspark's spark-submit next to this Python (its venv's bin)
+                bindir = os.path.dirname(spark_submit_binary())
+                env["PATH"] = os.pathsep.join([bindir, env.get("PATH", os.environ.get("PATH", ""))])
+            except SparkJobError:
+                pass  # the Spark provider reports the missing binary
+        self.env_vars = {**env, **(self.env_vars or {})}
+        config_path = os.path.abspath(hook.resolve_config_path())
+        self.application_args = ["--config", config_path, *self.job_arguments(hook, context)]
+
+    def execute(self, context: Context) -> Any:
+        self._hook = None  # built again from the resolved settings
+        master = self.check_spark_connection()
+        hook = self.dblog_hook()
+        self.prepare(hook, context)
+        if master != hook.config.spark.master:
+            self.log.info("Spark master %s from connection %r (the config's spark.master %s is "
+                          "what the dblog command uses)", master, self._conn_id, hook.config.spark.master)
+        self._result_lines.clear()
+        self._hook = self._get_hook()
+        try:
+            super().execute(context)
+        except AirflowException as e:
+            own = next((ln[len(ERROR_PREFIX):] for ln in reversed(self._result_lines)
+                        if ln.startswith(ERROR_PREFIX)), "")
+            if not own:
+                raise
+            rc = getattr(getattr(self._hook, "_submit_sp", None), "returncode", None)
+            err = SparkJobError(f"Spark job {self.job} failed: {own}", rc)
+            self.handle_failure(err, hook, context)
+            raise err from e
+        try:
+            result = parse_result(self._result_lines)
+        except ValueError as e:
+            raise SparkJobError(f"Spark job {self.job} printed an unreadable result: {e}") from None
+        if result is None:
+            raise SparkJobError(f"Spark job {self.job} exited 0 without a {RESULT_PREFIX.strip()} line")
+        return self.handle_result(result, hook, context)
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """The provider's hook, keeping the job's ``DBLOG_RESULT`` / ``DBLOG_ERROR`` lines as it
+        reads spark-submit's output (it still logs every line)."""
+        hook = super()._get_hook()
+        process = hook._process_spark_submit_log
+
+        def keep(itr: Iterator[Any]) -> Iterator[Any]:
+            for raw in itr:
+                line = raw.strip()
+                if line.startswith((RESULT_PREFIX, ERROR_PREFIX)):
+                    self._result_lines.append(line)
+                yield raw
+
+        hook._process_spark_submit_log = lambda itr: process(keep(itr))  # type: ignore[method-assign]
+        return hook

@@ -1,0 +1,147 @@
+"""HighWatermarkTrigger: waits, in the triggerer, until the tail has logged a window's HW.
+
+The log tail records a watermark's position in Redis only together with the
+checkpoint that covers it, so once the window's HW is recorded, the log is
+durable through it and the chunk can be reconciled. The trigger polls Redis with
+``redis.asyncio`` (the event loop is never blocked), reads only, and never
+connects to the source database. It fires one event:
+
+* ``{"status": "success", "window": id, "lw": pos, "hw": pos, "waited_s": s}``;
+* ``{"status": "error", "window": id, "message": ...}``: a watermark seen twice, the HW
+  not after the LW, the LW before the window opened (the checks of
+  ``engine.state.check_window_positions``, shared with the engine's own wait), the window
+  closed meanwhile, or the config unreadable in the triggerer;
+* ``{"status": "timeout", "window": id, "message": "... Is the log tail running?"}``.
+
+Its serialized kwargs hold no secret: the Redis URL is read from the dblog config in
+``run()``. A config whose ``state`` (or any part) names an Airflow connection
+(``conn_id``) has it resolved with the Task SDK's async connection access, so the
+triggerer needs the config file at the same path and access to those connections.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from ..engine.errors import WatermarkError
+from ..engine.positions import Position
+from ..engine.state import Window, check_window_positions, state_key
+
+
+async def resolve_state(config_path: str, source: str | None) -> tuple[str, str, str]:
+    """``(redis_url, state_prefix, source_name)`` from the config, without blocking the loop."""
+    from ..engine.config import conn_env_name, load_config, referenced_conn_ids
+
+    env = dict(os.environ)
+    for conn_id in await asyncio.to_thread(referenced_conn_ids, config_path):
+        name = conn_env_name(conn_id)
+        if name not in env:
+            from airflow.sdk import BaseHook
+            conn = await BaseHook.aget_connection(conn_id)
+            env[name] = conn.as_json()
+    cfg = await asyncio.to_thread(load_config, config_path, env)
+    return cfg.redis_url, cfg.state_prefix, cfg.source(source).name
+
+
+class HighWatermarkTrigger(BaseTrigger):
+    """Fires when the window's LW and HW are both in the log, durably and in order.
+
+    :param config_path: the dblog YAML (readable by the triggerer).
+    :param window: the window, as ``json.loads(Window.to_json())`` (the chunk operator's XCom).
+    :param source: the source name (optional when the config has one).
+    :param prefix: the Redis key prefix; default: the config's ``state.prefix``.
+    :param poll_interval: seconds between two looks at Redis.
+    :param timeout: seconds from ``started_at`` after which a timeout event fires.
+    :param started_at: epoch seconds the wait began (set at creation, kept across
+        triggerer restarts so the timeout does not start over).
+    """
+
+    def __init__(self, *, config_path: str, window: dict, source: str | None = None,
+                 prefix: str | None = None, poll_interval: float = 1.0, timeout: float = 120.0,
+                 started_at: float | None = None) -> None:
+        super().__init__()
+        self.config_path = config_path
+        self.window = dict(window)
+        self.source = source
+        self.prefix = prefix
+        self.poll_interval = float(poll_interval)
+        self.timeout = float(timeout)
+        self.started_at = float(started_at) if started_at is not None else time.time()
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "config_path": self.config_path, "window": self.window, "source": self.source,
+            "prefix": self.prefix, "poll_interval": self.poll_interval, "timeout": self.timeout,
+            "started_at": self.started_at})
+
+    def _event(self, status: str, **payload: Any) -> TriggerEvent:
+        return TriggerEvent({"status": status, "window": self.window.get("id"), **payload})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        import json
+
+        import redis.asyncio as aioredis
+
+        try:
+            window = Window.from_json(json.dumps(self.window))
+            url, prefix, source = await resolve_state(self.config_path, self.source)
+        except Exception as e:  # noqa: BLE001 - reported, the sensor fails the window
+            yield self._event("error", message=f"cannot read window or config {self.config_path}: "
+                                               f"{type(e).__name__}: {e}")
+            return
+        prefix = self.prefix or prefix
+        keys = {k: state_key(prefix, source, k)
+                for k in ("watermarks", "watermark_conflicts", "windows", "checkpoint")}
+        deadline = self.started_at + self.timeout
+        self.log.info("waiting for HW %s of window %s (%s) in %s:%s, up to %.0fs", window.hw, window.id,
+                      window.table, prefix, source, self.timeout)
+        client = aioredis.Redis.from_url(url, decode_responses=True)
+        last_error = ""
+        seen: tuple[bool, bool] = (False, False)
+        checkpoint = None
+        try:
+            while True:
+                try:
+                    async with client.pipeline(transaction=False) as pipe:
+                        pipe.hmget(keys["watermarks"], [window.lw, window.hw])
+                        pipe.hmget(keys["watermark_conflicts"], [window.lw, window.hw])
+                        pipe.hexists(keys["windows"], window.id)
+                        pipe.hget(keys["checkpoint"], "pos")
+                        (lw_s, hw_s), conflicts, is_open, checkpoint = await pipe.execute()
+                except (OSError, aioredis.RedisError) as e:  # Redis away for a moment: keep polling
+                    if str(e) != last_error:
+                        self.log.warning("reading Redis failed (%s); still polling", e)
+                    last_error = str(e)
+                else:
+                    last_error = ""
+                    seen = (lw_s is not None, hw_s is not None)
+                    try:
+                        pair = check_window_positions(window, Position.decode(lw_s) if lw_s else None,
+                                                      Position.decode(hw_s) if hw_s else None, conflicts)
+                    except WatermarkError as e:
+                        yield self._event("error", message=str(e))
+                        return
+                    if pair is not None:
+                        lw, hw = pair
+                        yield self._event("success", lw=lw.encode(), hw=hw.encode(),
+                                          waited_s=round(time.time() - self.started_at, 3))
+                        return
+                    if not is_open:
+                        yield self._event("error", message=(
+                            f"window {window.id} of {window.table} was closed before its HW was seen "
+                            "(abandoned by a newer run of the request, cancelled, or failed)"))
+                        return
+                if time.time() >= deadline:
+                    yield self._event("timeout", message=(
+                        f"window {window.id} of {window.table} did not close within {self.timeout:.0f}s "
+                        f"(LW seen: {seen[0]}, HW seen: {seen[1]}, tail checkpoint: {checkpoint or 'none'}"
+                        f"{', Redis error: ' + last_error if last_error else ''}). Is the log tail running?"))
+                    return
+                await asyncio.sleep(max(0.01, min(self.poll_interval, deadline - time.time())))
+        finally:
+            await client.aclose()

@@ -1,0 +1,82 @@
+"""``python -m bench``: run the chosen phases and write results.json, results.md, lag.png."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import time
+import uuid
+from pathlib import Path
+
+from . import phases, report
+from .sources import open_bench_source
+
+PHASES = ("dump", "tail", "lag", "fresh")
+ALIASES = {"impact": "lag", "stall": "lag", "freshness": "fresh"}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--source", default="mysql", help="source kind (mysql; postgres: TODO)")
+    p.add_argument("--rows", type=int, default=2_000_000, help="rows of the dumped table")
+    p.add_argument("--only", default=",".join(PHASES),
+                   help=f"comma-separated phases: {', '.join(PHASES)} (impact is measured with lag)")
+    p.add_argument("--out", default=None, help="output directory (default .dblog-local/bench/<time>)")
+    p.add_argument("--chunk-size", type=int, default=100_000, help="dump chunk size (demo.yaml's)")
+    p.add_argument("--parallelism", type=int, default=4, help="JDBC partitions, ours and baseline")
+    p.add_argument("--tail-events", type=int, default=100_000, help="row changes in the pre-written log")
+    p.add_argument("--txn-rows", type=int, default=10, help="row changes per pre-written transaction")
+    p.add_argument("--write-rate", type=float, default=200, help="application writes per second")
+    p.add_argument("--baseline-seconds", type=float, default=60, help="writes without a dump")
+    p.add_argument("--fresh-rows", type=int, default=10_000)
+    p.add_argument("--apply-runs", type=int, default=3)
+    p.add_argument("--fresh-via", choices=("engine", "airflow"), default="engine",
+                   help="apply through the engine's apply_job or the provider's apply DAG")
+    p.add_argument("--profile-chunks", type=int, default=5)
+    p.add_argument("--no-profile", dest="profile", action="store_false")
+    p.add_argument("--keep", action="store_true", help="keep storage and logs under --out/work")
+    a = p.parse_args(argv)
+    a.phases = [ALIASES.get(x.strip(), x.strip()) for x in a.only.split(",") if x.strip()]
+    bad = [x for x in a.phases if x not in PHASES]
+    if bad:
+        p.error(f"unknown phase(s) {bad}; choose from {PHASES}")
+    a.table = "dump_rows"
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("airflow_provider_dblog.engine.jobs").setLevel(logging.WARNING)  # Spark chatter
+    log = logging.getLogger("bench")
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    repo = Path(__file__).resolve().parents[1]
+    out = Path(a.out or repo / ".dblog-local" / "bench" / started.replace(":", "")).resolve()
+    work = out / "work"
+    run_id = uuid.uuid4().hex[:8]
+    src = open_bench_source(a.source, run_id)
+    res: dict = {"meta": {"source": a.source, "started": started, "run_id": run_id,
+                          "args": " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
+                                           if k not in ("phases", "table")),
+                          "machine": f"{platform.node()} {os.cpu_count()} cpus, {platform.python_version()}"}}
+    src.setup()
+    try:
+        if {"dump", "lag"} & set(a.phases):
+            t0 = time.monotonic()
+            src.create_table(a.table)
+            src.seed(a.table, a.rows)
+            res["meta"]["seed_s"] = round(time.monotonic() - t0, 1)
+            log.info("seeded %s with %d rows in %.1fs", src.qualified(a.table), a.rows, time.monotonic() - t0)
+        for name in PHASES:  # a fixed order: lag's writes must not change the dump's table first
+            if name in a.phases:
+                t0 = time.monotonic()
+                log.info("phase %s", name)
+                res[name] = getattr(phases, name)(a, src, work)
+                res[name]["phase_seconds"] = round(time.monotonic() - t0, 1)
+    finally:
+        src.teardown()
+        md = report.write(res, out)
+    print(md)
+    print(f"\nwritten to {out}")
+    return 0

@@ -1,0 +1,41 @@
+"""What the harness needs from a source database, behind one small interface.
+
+Everything source-specific (DDL, seeding, the application's writes, the position
+of the log's end, the bare decode-only log reader) lives in a BenchSource; the
+phases only talk to this interface, so a PostgreSQL source is one more class.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+# Every bench table has this shape: a key, the writer's sequence number (so an
+# event in the changelog can be matched to the write that made it) and a few
+# typed columns so decoding does realistic work.
+COLUMNS = ("id", "wseq", "v", "amount", "note", "at")
+
+
+class BenchSource(Protocol):
+    kind: str
+    run_id: str
+
+    def setup(self) -> None: ...                         # the bench database / schema
+    def teardown(self) -> None: ...                      # drop everything setup() and envs made
+    def qualified(self, table: str) -> str: ...          # "db.table" as the engine config names it
+    def source_config(self, tables: list[str], server_id: int, wm_namespace: str) -> dict: ...
+    def create_table(self, table: str) -> None: ...
+    def seed(self, table: str, rows: int) -> None: ...   # ids 1..rows, outside the change log
+    def connect(self) -> Any: ...                        # autocommit DB-API connection for writers
+    def insert_sql(self, table: str) -> str: ...         # params: id, wseq
+    def update_sql(self, table: str) -> str: ...         # params: wseq, id
+    def write_events(self, table: str, n: int, txn_rows: int) -> tuple[Any, dict]: ...  # start Position, resume
+    def bare_read(self, resume: dict, n_events: int, tables: list[str], wm_namespace: str) -> dict: ...
+    def drop_namespace(self, name: str) -> None: ...
+
+
+def open_bench_source(kind: str, run_id: str) -> BenchSource:
+    if kind == "mysql":
+        from .mysql import MySQLBench
+        return MySQLBench(run_id)
+    # TODO(postgres): a PostgresBench with the same methods (seed with generate_series,
+    # bare_read = a pgoutput/psycopg2 LogicalReplicationConnection loop that only decodes)
+    raise SystemExit(f"bench: source kind {kind!r} is not implemented yet (only mysql)")

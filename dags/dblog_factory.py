@@ -1,0 +1,138 @@
+"""Builds dblog's DAGs from the one YAML config.
+
+For each source:  ``dblog_tail__<source>`` (continuous, bounded runs),
+                  ``dblog_dump__<source>__<db>__<table>`` (one per table),
+                  ``dblog_repair__<source>`` (the UI form: all, one table, keys, WHERE),
+                  ``dblog_dump_control__<source>`` (pause, resume, cancel a request).
+For each target:  ``dblog_apply__<target>`` (updates one Asset per table).
+
+Optional ``airflow:`` section of the config:
+    airflow: {tail_run_seconds: 60, apply_schedule: "*/2 * * * *", spark_conn_id: spark_default,
+              chunks_per_run: null}
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import yaml
+from airflow.sdk import DAG, Param
+
+from airflow_provider_dblog.engine.config import load_config
+from airflow_provider_dblog.operators.apply import DBLogApplyOperator
+from airflow_provider_dblog.operators.dump import (DBLogCreateDumpOperator, DBLogDumpControlOperator,
+                                                   DBLogDumpOperator)
+from airflow_provider_dblog.operators.tail import DBLogTailOperator
+from airflow_provider_dblog.params import repair_params
+
+START = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+DEFAULTS = {"tail_run_seconds": 60, "apply_schedule": "*/2 * * * *", "spark_conn_id": "spark_default",
+            "chunks_per_run": None}
+REQUEST = "{{ ti.xcom_pull(task_ids='create_request') }}"
+
+
+def _options(path: str) -> dict:
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    unknown = set(raw.get("airflow") or {}) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"{path}: unknown airflow option(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+    return DEFAULTS | (raw.get("airflow") or {})
+
+
+def _tag(name: str) -> str:
+    return name.replace(".", "__")
+
+
+def build_dags(config_path: str) -> dict[str, DAG]:
+    cfg = _load(config_path)
+    opts = _options(config_path)
+    dags: dict[str, DAG] = {}
+    for source in cfg.sources.values():
+        tags = ["dblog", f"source:{source.name}"]
+        with DAG(f"dblog_tail__{source.name}", schedule="@continuous", start_date=START, catchup=False,
+                 max_active_runs=1, tags=tags,
+                 doc_md=f"Tails the change log of **{source.name}**: each run reads for "
+                        f"{opts['tail_run_seconds']} s, checkpoints and ends; the next run follows.") as d:
+            DBLogTailOperator(task_id="tail", config_path=config_path, source=source.name,
+                              max_seconds=opts["tail_run_seconds"])
+        dags[d.dag_id] = d
+
+        for table in source.tables:
+            with DAG(f"dblog_dump__{source.name}__{_tag(table)}", schedule=None, start_date=START,
+                     catchup=False, max_active_runs=1, tags=tags + [f"table:{table}"],
+                     render_template_as_native_obj=True,
+                     params={"request_id": Param("", type="string", title="Resume request",
+                                                 description="Empty: a new full dump. A request id: "
+                                                             "resume it from its last completed chunk."),
+                             "chunk_size": Param(cfg.dump.chunk_size, type="integer", minimum=1),
+                             "parallelism": Param(cfg.dump.parallelism, type="integer", minimum=1, maximum=64)},
+                     doc_md=f"Full dump of `{table}` in chunks, each between a low and a high watermark. "
+                            "Pause or cancel it with `dblog_dump_control__" + source.name + "`; trigger "
+                            "this DAG again with the request id to resume.") as d:
+                create = DBLogCreateDumpOperator(
+                    task_id="create_request", config_path=config_path, source=source.name, scope="table",
+                    table=table, chunk_size="{{ params.chunk_size }}", parallelism="{{ params.parallelism }}",
+                    resume_request="{{ params.request_id }}")
+                dump = DBLogDumpOperator(task_id="dump", config_path=config_path, source=source.name,
+                                         request_id=REQUEST, max_chunks=opts["chunks_per_run"],
+                                         conn_id=opts["spark_conn_id"])
+                create >> dump
+            dags[d.dag_id] = d
+
+        with DAG(f"dblog_repair__{source.name}", schedule=None, start_date=START, catchup=False,
+                 tags=tags + ["repair"], render_template_as_native_obj=True,
+                 params=repair_params(cfg, source.name),
+                 doc_md="**Repair or backfill** from the UI: *Trigger DAG* opens a form. Choose the "
+                        "scope (all tables, one table, primary keys, or a WHERE condition), the table, "
+                        "and the keys or condition. Everything is validated before the source is "
+                        "touched; the dump then runs on Spark and every target of this source is "
+                        "applied.") as d:
+            create = DBLogCreateDumpOperator(
+                task_id="create_request", config_path=config_path, source=source.name, from_params=True)
+            dump = DBLogDumpOperator(task_id="dump", config_path=config_path, source=source.name,
+                                     request_id=REQUEST, conn_id=opts["spark_conn_id"])
+            create >> dump
+            for target in cfg.targets.values():
+                if target.source == source.name:
+                    dump >> DBLogApplyOperator(task_id=f"apply__{target.name}", config_path=config_path,
+                                               target=target.name, conn_id=opts["spark_conn_id"])
+        dags[d.dag_id] = d
+
+        with DAG(f"dblog_dump_control__{source.name}", schedule=None, start_date=START, catchup=False,
+                 tags=tags, render_template_as_native_obj=True,
+                 params={"request_id": Param(type="string", minLength=1, title="Request id"),
+                         "action": Param("pause", enum=["pause", "resume", "cancel"], title="Action")},
+                 doc_md="Pause, resume or cancel a dump request. A paused dump stops at the next chunk "
+                        "boundary; trigger its dump DAG with the request id to continue.") as d:
+            DBLogDumpControlOperator(task_id="control", config_path=config_path, source=source.name,
+                                     request_id="{{ params.request_id }}", action="{{ params.action }}")
+        dags[d.dag_id] = d
+
+    for target in cfg.targets.values():
+        with DAG(f"dblog_apply__{target.name}", schedule=opts["apply_schedule"], start_date=START,
+                 catchup=False, max_active_runs=1, tags=["dblog", f"target:{target.name}"],
+                 doc_md=f"Applies the event log of **{target.source}** to **{target.name}** up to the "
+                        "frontier, then updates one Asset per table (`dblog://<source>/<db>/<table>`).") as d:
+            DBLogApplyOperator(task_id="apply", config_path=config_path, target=target.name,
+                               conn_id=opts["spark_conn_id"])
+        dags[d.dag_id] = d
+    return dags
+
+
+def _load(config_path: str):
+    """The config's shape (names, tables, sizes) for building DAGs; connections named
+    by ``conn_id`` are not looked up at parse time (tasks resolve them)."""
+    import os
+    return load_config(config_path, env=_ParseEnv(os.environ))
+
+
+class _ParseEnv(dict):
+    """At DAG-parse time a missing ``AIRFLOW_CONN_*`` is fine: only names and tables are needed."""
+
+    def __init__(self, base):
+        super().__init__(base)
+
+    def get(self, key, default=None):
+        if key.startswith("AIRFLOW_CONN_") and key not in self:
+            return '{"host": "unresolved", "port": 1, "login": "unresolved"}'
+        return super().get(key, default)

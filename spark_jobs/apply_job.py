@@ -1,0 +1,221 @@
+"""Apply the final part of the event log to a SQL target, table by table, in position order.
+
+    spark-submit ... apply_job.py --config dblog.yaml --target warehouse [--tables db.t,db.u]
+
+For each table: the batch is every event with ``applied <= pos < frontier``, where
+``applied`` is the target's checkpoint for the table (every event below it is
+applied) and ``frontier`` is RedisState.frontier() (below it the log is final: no
+snapshot can still land there). Spark reads the table's Parquet files of that
+range, keeps the latest event per key, flattens it to the table's columns plus
+``_dblog_op`` / ``_dblog_pos``, writes it to a stage table over JDBC, and
+PostgresTarget.merge_from_stage merges it and moves the checkpoint to the
+frontier in one transaction. Batches follow each other in position order, so a
+delete is never undone by an older snapshot, and a replayed batch changes nothing.
+
+Prints ``DBLOG_RESULT {per-table counts}``; exits 1 with ``DBLOG_ERROR <message>``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import posixpath
+import sys
+import time
+import uuid
+from pathlib import Path
+
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(1, _ROOT)
+
+from spark_jobs.common import event_spark_schema, load, run_job, spark_session  # noqa: E402
+
+log = logging.getLogger("dblog.apply")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="apply_job", description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, help="the dblog YAML config")
+    p.add_argument("--target", default=None, help="target name (optional with one target)")
+    p.add_argument("--tables", default="", help="comma-separated db.table list (default: all of the source's)")
+    p.add_argument("--schema-file", default="",
+                   help="JSON {db.table: TableSchema.to_dict()} to use instead of asking the source")
+    return p.parse_args(argv)
+
+
+def load_schemas(args, scfg, tables: list[str]) -> dict:
+    from airflow_provider_dblog.engine.schema import TableSchema
+
+    if args.schema_file:
+        with open(args.schema_file) as f:
+            raw = json.load(f)
+        missing = [t for t in tables if t not in raw]
+        if missing:
+            raise ValueError(f"{args.schema_file} has no schema for {missing}")
+        return {t: TableSchema.from_dict(raw[t]) for t in tables}
+    from airflow_provider_dblog.engine.sources import open_source
+
+    source = open_source(scfg)
+    try:
+        return {t: source.table_schema(t) for t in tables}
+    finally:
+        source.close()
+
+
+def read_events(spark, schema, uris: list[str], lo: str, hi: str):
+    """The table's events with ``lo <= pos < hi`` from its Parquet files (typed by the schema:
+    a file whose columns do not match fails the job instead of being misread)."""
+    from pyspark.sql import functions as F
+
+    return (spark.read.schema(event_spark_schema(schema)).parquet(*uris)
+            .where((F.col("pos") >= F.lit(lo)) & (F.col("pos") < F.lit(hi))))
+
+
+def events_in_range(store, files: list[str], lo: str, hi: str) -> int:
+    """How many events the batch holds: read on the driver from the files' ``pos`` column
+    alone (small, and no Spark job for it). A replayed flush's events count twice."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    n = 0
+    for f in files:
+        pos = pq.read_table(f, columns=["pos"], filesystem=store.fs)["pos"]
+        n += pc.sum(pc.and_(pc.greater_equal(pos, lo), pc.less(pos, hi)).cast("int64")).as_py() or 0
+    return n
+
+
+class Applier:
+    def __init__(self, spark_factory, target, store, state, source_name: str):
+        self._spark_factory = spark_factory
+        self._spark = None
+        self.target, self.store, self.state, self.source_name = target, store, state, source_name
+        self.run_id = uuid.uuid4().hex[:8]
+        self.spark_start_s = 0.0
+
+    @property
+    def spark(self):
+        if self._spark is None:  # only when some table has work
+            t0 = time.monotonic()
+            self._spark = self._spark_factory()
+            self.spark_start_s = round(time.monotonic() - t0, 3)
+        return self._spark
+
+    def stop(self) -> None:
+        if self._spark is not None:
+            self._spark.stop()
+
+    def file_uris(self, table: str, files: list[str]) -> list[str]:
+        base = self.store.table_uri(table)
+        return [posixpath.join(base, posixpath.basename(f)) for f in files]
+
+    def apply_table(self, schema) -> dict:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        from airflow_provider_dblog.engine.targets import stage_table_name
+
+        t0 = time.monotonic()
+        table = schema.qualified
+        if self.target.ensure_table(schema) and self.target.applied_pos(self.source_name, schema) is not None:
+            # the target table was dropped (by hand): its checkpoint no longer says anything
+            log.warning("%s: target table was recreated; re-applying from the start of the log", table)
+            self.target.reset_applied(self.source_name, schema)
+        applied = self.target.applied_pos(self.source_name, schema)
+        frontier = self.state.frontier()
+        out = {"from": applied.encode() if applied else None,
+               "to": frontier.encode() if frontier else None,
+               "files": 0, "events": 0, "rows": 0, "inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
+        if frontier is None:
+            return out | {"status": "no_frontier", "seconds": round(time.monotonic() - t0, 3)}
+        if applied is not None and frontier <= applied:
+            return out | {"status": "up_to_date", "seconds": round(time.monotonic() - t0, 3)}
+        files = self.store.files_for_range(table, applied, frontier)
+        out["files"] = len(files)
+        if not files:
+            self.target.advance_applied(self.source_name, schema, frontier)
+            return out | {"status": "empty", "seconds": round(time.monotonic() - t0, 3)}
+
+        lo, hi = (applied.encode() if applied else ""), frontier.encode()
+        out["events"] = events_in_range(self.store, files, lo, hi)
+        if out["events"] == 0:
+            self.target.advance_applied(self.source_name, schema, frontier)
+            return out | {"status": "empty", "seconds": round(time.monotonic() - t0, 3)}
+        self.spark  # noqa: B018 - start the session outside the batch's timings
+        t0 = time.monotonic()
+        uris = self.file_uris(table, files)
+        # The latest event per key, in one shuffle. A replayed flush may hold an event
+        # twice: both copies have the same key and position and the same images, so
+        # row_number keeps one of them; no separate dropDuplicates pass is needed.
+        by_key = Window.partitionBy("key").orderBy(F.col("pos").desc())
+        latest = (read_events(self.spark, schema, uris, lo, hi)
+                  .withColumn("_rn", F.row_number().over(by_key))
+                  .where(F.col("_rn") == 1))
+        image = F.when(F.col("op") == "delete", F.col("before")).otherwise(F.col("after"))
+        flat = latest.select(*[image.getField(c).alias(c) for c in schema.column_names],
+                             F.col("op").alias("_dblog_op"), F.col("pos").alias("_dblog_pos"))
+        stage = stage_table_name(schema, self.run_id)
+        self.target.create_stage(schema, stage)
+        try:
+            url, props = self.target.jdbc()
+            t1 = time.monotonic()
+            flat.write.mode("append").jdbc(url, self.target.qualified_stage(stage), properties=props)
+            t_stage = time.monotonic() - t1
+            t2 = time.monotonic()
+            res = self.target.merge_from_stage(schema, stage, self.source_name, frontier, drop_stage=True)
+            t_merge = time.monotonic() - t2
+        except BaseException:
+            try:
+                self.target.drop_stage(stage)
+            except Exception:  # noqa: BLE001 - the original error matters more
+                log.exception("could not drop stage table %s", stage)
+            raise
+        out["rows"] = res.staged
+        secs = time.monotonic() - t0
+        out.update(inserted=res.inserted, updated=res.updated, deleted=res.deleted, stale=res.stale,
+                   status="applied", seconds=round(secs, 3),
+                   stage_s=round(t_stage, 3), merge_s=round(t_merge, 3),
+                   rows_per_s=round(out["events"] / secs, 1) if secs > 0 else None)
+        log.info("%s: applied %s", table, out)
+        return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from airflow_provider_dblog.engine.state import RedisState
+    from airflow_provider_dblog.engine.store import EventStore
+    from airflow_provider_dblog.engine.targets import open_target
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    started = time.monotonic()
+    args = parse_args(argv)
+    cfg = load(args.config)
+    tcfg = cfg.target(args.target)
+    scfg = cfg.source(tcfg.source)
+    tables = ([scfg.table(t.strip()) for t in args.tables.split(",") if t.strip()]
+              if args.tables else list(scfg.tables))
+    schemas = load_schemas(args, scfg, tables)
+    state = RedisState(cfg.redis_url, cfg.state_prefix, scfg.name)
+    store = EventStore(cfg.storage_root, scfg.name)
+    target = open_target(tcfg)
+    # keep the shuffle's partitions: each one is a parallel JDBC writer into the stage
+    applier = Applier(lambda: spark_session(f"dblog-apply-{tcfg.name}", conf={
+        "spark.sql.adaptive.coalescePartitions.enabled": "false"}), target, store, state, scfg.name)
+    results: dict[str, dict] = {}
+    try:
+        for t in tables:
+            results[t] = applier.apply_table(schemas[t])
+    finally:
+        applier.stop()
+        target.close()
+    total = lambda k: sum(r.get(k, 0) for r in results.values())  # noqa: E731
+    return {"target": tcfg.name, "source": scfg.name, "run_id": applier.run_id, "tables": results,
+            "spark_start_s": applier.spark_start_s,
+            "events": total("events"), "inserted": total("inserted"), "updated": total("updated"),
+            "deleted": total("deleted"), "changed": [t for t, r in results.items()
+                                                     if r.get("inserted") or r.get("updated") or r.get("deleted")],
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+if __name__ == "__main__":
+    sys.exit(run_job(main))

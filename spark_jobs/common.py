@@ -1,0 +1,222 @@
+"""What the Spark jobs share: the session, the config, the result line, the chunk reader.
+
+The jobs are started by ``spark-submit`` (see ``airflow_provider_dblog.engine.jobs``)
+and report one final stdout line ``DBLOG_RESULT <json>``; on failure they print
+``DBLOG_ERROR <message>`` and exit non-zero. Only this package imports pyspark.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+# spark-submit puts this file's directory on sys.path, not the project's root
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(1, _ROOT)
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.fs as pafs  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from airflow_provider_dblog.engine.config import Config, load_config  # noqa: E402
+from airflow_provider_dblog.engine.jobs import ERROR_PREFIX, RESULT_PREFIX, SHUFFLE_PARTITIONS  # noqa: E402
+from airflow_provider_dblog.engine.positions import Position  # noqa: E402
+from airflow_provider_dblog.engine.schema import TableSchema  # noqa: E402
+
+DEFAULT_CONF = {
+    "spark.master": "local[2]",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
+    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+    "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+}
+
+
+def _conf_already_set() -> set[str]:
+    """Keys spark-submit already set. Never starts a JVM of its own: in-process, the
+    builder's settings must reach the JVM's launch (java options, jars)."""
+    from pyspark import SparkConf, SparkContext
+
+    if SparkContext._jvm is None and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return set()
+    return {k for k, _ in SparkConf().getAll()}
+
+
+def spark_session(app_name: str, conf: dict[str, str] | None = None):
+    """getOrCreate a session with the project's settings, unless already set."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("TZ", "UTC")
+    have = _conf_already_set()
+    builder = SparkSession.builder.appName(app_name)
+    for k, v in DEFAULT_CONF.items():
+        if k not in have:
+            builder = builder.config(k, v)
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("DBLOG_SPARK_LOG_LEVEL", "WARN"))
+    return spark
+
+
+def load(config_path: str) -> Config:
+    return load_config(config_path)
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, Position):
+        return v.encode()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, (dt.datetime, dt.date)):
+        return v.isoformat()
+    if isinstance(v, (bytes, bytearray)):
+        return "0x" + bytes(v).hex()
+    if hasattr(v, "__dataclass_fields__"):
+        import dataclasses
+        return dataclasses.asdict(v)
+    raise TypeError(f"not JSON serialisable: {type(v).__name__}")
+
+
+def emit_result(result: dict) -> None:
+    """The job's one result line; engine.jobs.run_spark_job parses the last one."""
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result, default=_json_default) + "\n")
+    sys.stdout.flush()
+
+
+def run_job(main: Callable[[list[str] | None], dict], argv: list[str] | None = None) -> int:
+    """Run ``main`` and report: DBLOG_RESULT and 0, or DBLOG_ERROR and 1."""
+    try:
+        result = main(argv)
+    except SystemExit:
+        raise
+    except BaseException as e:  # noqa: BLE001 - everything is reported, then fails the job
+        traceback.print_exc()
+        msg = f"{type(e).__name__}: {e}".replace("\n", " | ")
+        sys.stdout.write(ERROR_PREFIX + msg + "\n")
+        sys.stdout.flush()
+        return 1
+    emit_result(result)
+    return 0
+
+
+# -- types ----------------------------------------------------------------------
+def spark_type(logical: str):
+    """The Spark SQL type of a logical column type (see engine.schema)."""
+    import re
+
+    from pyspark.sql import types as T
+
+    m = re.match(r"^decimal\((\d+),(\d+)\)$", logical)
+    if m:
+        return T.DecimalType(int(m.group(1)), int(m.group(2)))
+    return {
+        "bool": T.BooleanType(), "int8": T.ByteType(), "int16": T.ShortType(),
+        "int32": T.IntegerType(), "int64": T.LongType(), "float32": T.FloatType(),
+        "float64": T.DoubleType(), "string": T.StringType(), "json": T.StringType(),
+        "binary": T.BinaryType(), "date": T.DateType(), "timestamp": T.TimestampNTZType(),
+    }[logical]
+
+
+def row_spark_schema(table: TableSchema):
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(c.name, spark_type(c.type), True) for c in table.columns])
+
+
+def event_spark_schema(table: TableSchema):
+    """engine.events.event_arrow_schema as Spark sees it."""
+    from pyspark.sql import types as T
+
+    row = row_spark_schema(table)
+    return T.StructType([
+        T.StructField("table", T.StringType(), False),
+        T.StructField("op", T.StringType(), False),
+        T.StructField("key", T.StringType(), False),
+        T.StructField("before", row, True),
+        T.StructField("after", row, True),
+        T.StructField("pos", T.StringType(), False),
+        T.StructField("source_ts", T.LongType(), False),
+    ])
+
+
+def conform_columns(df, table: TableSchema) -> list:
+    """Columns of ``df`` cast to the table's logical types where Spark read them otherwise.
+
+    MySQL TIMESTAMP comes as a session-time-zone timestamp even with
+    preferTimestampNTZ (DATETIME comes naive): cast to naive in the UTC session.
+    Casts run in Spark's ANSI mode, so a value that does not fit fails the chunk.
+    """
+    from pyspark.sql import functions as F
+
+    have = dict(df.dtypes)
+    types = {f.name: f.dataType for f in df.schema.fields}
+    out = []
+    for c in table.columns:
+        if c.name not in have:
+            raise ValueError(f"{table.qualified}: column {c.name!r} missing from {list(have)}")
+        want = spark_type(c.type)
+        out.append(F.col(f"`{c.name}`") if types[c.name] == want
+                   else F.col(f"`{c.name}`").cast(want).alias(c.name))
+    return out
+
+
+def to_uri(path: str) -> str:
+    return path if "://" in path else "file://" + os.path.abspath(path)
+
+
+def read_parquet_arrow(uri: str) -> pa.Table:
+    """A Parquet directory Spark wrote, read back with pyarrow (local path or any URI)."""
+    if "://" in uri:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    else:
+        fs, path = pafs.LocalFileSystem(), uri
+    return pq.read_table(path, filesystem=fs)
+
+
+# -- the dump's chunk reader ----------------------------------------------------
+class SparkChunkReader:
+    """engine.dump.ChunkReader on Spark JDBC: one partition per predicate, read in parallel.
+
+    ``source`` needs ``jdbc() -> (url, properties)`` and ``jdbc_table(qualified)``.
+    The rows go to Parquet at ``dest_uri`` (overwritten, so a redone chunk replaces
+    its rows) and come back as a pyarrow table; the reconciler casts them to the
+    table's logical types. DATETIME/TIMESTAMP columns are read as naive timestamps
+    (``preferTimestampNTZ``): no time-zone shift anywhere.
+    """
+
+    def __init__(self, spark, source, write_partitions: int | None = None):
+        self.spark = spark
+        self.source = source
+        self.write_partitions = write_partitions
+        self.last_stats: dict = {}
+
+    def read(self, table: TableSchema, predicates: list[str], dest_uri: str) -> pa.Table:
+        import time
+
+        if not predicates:
+            raise ValueError(f"no predicates for a chunk of {table.qualified}")
+        url, props = self.source.jdbc()
+        props = {str(k): str(v) for k, v in dict(props).items()}
+        props.setdefault("preferTimestampNTZ", "true")
+        t0 = time.monotonic()
+        df = self.spark.read.jdbc(url, self.source.jdbc_table(table.qualified),
+                                  predicates=list(predicates), properties=props)
+        df = df.select(*conform_columns(df, table))
+        if self.write_partitions:
+            df = df.coalesce(self.write_partitions)
+        df.write.mode("overwrite").parquet(dest_uri)
+        t1 = time.monotonic()
+        data = read_parquet_arrow(dest_uri)
+        self.last_stats = {"rows": data.num_rows, "partitions": len(predicates),
+                           "spark_s": round(t1 - t0, 3), "readback_s": round(time.monotonic() - t1, 3)}
+        return data

@@ -1,0 +1,95 @@
+"""Shared fixtures: the project's private servers and per-test namespaces.
+
+The servers (MariaDB with ROW/FULL binlog, PostgreSQL with logical WAL, Redis
+with AOF) are started once per session by the devenv module, on non-default
+ports; each test gets its own database names and Redis prefix.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+# -- Airflow: a private AIRFLOW_HOME with SQLite metadata, set before anything imports
+# Airflow (it reads its configuration once, at import) ---------------------------------
+_HOME = tempfile.mkdtemp(prefix="dblog-airflow-home-")
+atexit.register(shutil.rmtree, _HOME, True)
+
+AIRFLOW_ENV = {
+    "AIRFLOW_HOME": _HOME,
+    "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__DAGS_FOLDER": str(Path(_HOME) / "dags"),
+    "AIRFLOW__CORE__PLUGINS_FOLDER": str(Path(_HOME) / "plugins"),
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME}/airflow.db",
+    "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+    # the Spark connection the operators use by default (a missing one falls back to YARN)
+    "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type":"spark","host":"local[2]"}',
+    "SPARK_LOCAL_IP": "127.0.0.1",
+}
+if "airflow.configuration" in sys.modules or "airflow.sdk.configuration" in sys.modules:
+    warnings.warn("Airflow was imported before tests/conftest.py set AIRFLOW_HOME", stacklevel=1)
+os.environ.update(AIRFLOW_ENV)
+for sub in ("dags", "plugins"):
+    (Path(_HOME) / sub).mkdir(exist_ok=True)
+
+import pytest  # noqa: E402
+import redis  # noqa: E402
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+# no per-example deadline: this is a noisy 2-core machine, and speed is for bench/
+hypothesis_settings.register_profile("dblog", deadline=None)
+hypothesis_settings.load_profile("dblog")
+
+from helpers import MARIADB_PORT, POSTGRES_PORT, REDIS_PORT, mysql_connect, pg_connect, unique, drop_pg_database
+
+
+@pytest.fixture(scope="session")
+def servers():
+    if os.environ.get("DBLOG_TEST_EXTERNAL_SERVERS") != "1":
+        from airflow_provider_dblog.devenv import servers as devenv
+        devenv.start()
+    return {"mariadb_port": MARIADB_PORT, "postgres_port": POSTGRES_PORT, "redis_port": REDIS_PORT}
+
+
+@pytest.fixture
+def mysql_db(servers):
+    """A fresh MariaDB database name, dropped afterwards."""
+    name = unique("t")
+    conn = mysql_connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}`")
+    yield name
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    conn.close()
+
+
+@pytest.fixture
+def pg_db(servers):
+    """A fresh PostgreSQL database name, dropped afterwards."""
+    name = unique("t")
+    conn = pg_connect()
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    yield name
+    drop_pg_database(name)
+
+
+@pytest.fixture
+def redis_client(servers):
+    return redis.Redis(host="127.0.0.1", port=REDIS_PORT, decode_responses=True)
+
+
+@pytest.fixture
+def redis_prefix(redis_client):
+    prefix = unique("dblogtest")
+    yield prefix
+    keys = list(redis_client.scan_iter(match=f"{prefix}:*"))
+    if keys:
+        redis_client.delete(*keys)

@@ -1,0 +1,137 @@
+"""A whole CDC set-up per test: a fresh source database, target database, Redis
+prefix and storage root, with the real tail, dump and apply around them."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import yaml
+
+from airflow_provider_dblog.engine.config import load_config
+from airflow_provider_dblog.engine.dump import DumpRunner, DumpSpec
+from airflow_provider_dblog.engine.jobs import run_spark_job
+from airflow_provider_dblog.engine.sources import open_source
+from airflow_provider_dblog.engine.state import RedisState
+from airflow_provider_dblog.engine.store import EventStore
+from airflow_provider_dblog.engine.tail import Tail
+from airflow_provider_dblog.engine.targets.postgres import PostgresTarget, target_table_name
+from airflow_provider_dblog.engine.verify import compare_source_target
+
+from helpers import POSTGRES_PORT, REDIS_PORT, unique
+from sourcedb import KINDS
+
+
+class CDC:
+    def __init__(self, sdb, tables: list[str], tmp_path, redis_prefix: str, **overrides):
+        self.sdb = sdb
+        self.db = sdb.name  # the namespace of the tables: f"{cdc.db}.t"
+        self.wm_ns = unique("wm")
+        raw = {
+            "sources": {"src": sdb.source_config(tables, self.wm_ns,
+                                                 5000 + int(time.time() * 1000) % 100000)},
+            "targets": {"tgt": {"kind": "postgres", "source": "src", "host": "127.0.0.1",
+                                "port": POSTGRES_PORT, "user": "postgres", "database": unique("tgt")}},
+            "state": {"redis_url": f"redis://127.0.0.1:{REDIS_PORT}/0", "prefix": redis_prefix},
+            "storage": {"root": str(tmp_path / "storage")},
+            "spark": {"master": "local[2]"},
+            "dump": {"chunk_size": 20_000, "parallelism": 2, "window_timeout_s": 60},
+            "tail": {"flush_events": 5_000, "flush_seconds": 0.2},
+        }
+        for section, values in overrides.items():
+            raw[section].update(values)
+        self.path = tmp_path / "dblog.yaml"
+        self.path.write_text(yaml.safe_dump(raw))
+        self.cfg = load_config(self.path)
+        self.src_cfg = self.cfg.source()
+        self.state = RedisState(self.cfg.redis_url, self.cfg.state_prefix, "src")
+        self.store = EventStore(self.cfg.storage_root, "src")
+        self.source = open_source(self.src_cfg)
+        self._tail_thread: threading.Thread | None = None
+        self._tail_stop = threading.Event()
+        self.tail_error: BaseException | None = None
+        self.tail_stats = []
+
+    # -- the tail, in a thread of the test process ----------------------------
+    def start_tail(self) -> None:
+        self._tail_stop.clear()
+
+        def run():
+            try:
+                tail = Tail(open_source(self.src_cfg), self.state, self.store, self.cfg.tail)
+                self.tail_stats.append(tail.run(should_stop=self._tail_stop.is_set))
+            except BaseException as e:  # surfaced by stop_tail
+                self.tail_error = e
+        self._tail_thread = threading.Thread(target=run, daemon=True)
+        self._tail_thread.start()
+        deadline = time.monotonic() + 30
+        while self.state.checkpoint() is None:
+            assert time.monotonic() < deadline, "the tail did not checkpoint its start"
+            assert self.tail_error is None, self.tail_error
+            time.sleep(0.05)
+
+    def drain(self, timeout: float = 120) -> None:
+        """Wait until the tail's checkpoint reaches the current end of the log."""
+        head, _ = self.source.current_resume()
+        deadline = time.monotonic() + timeout
+        while not (self.state.checkpoint() and self.state.checkpoint().pos >= head):
+            assert self.tail_error is None, self.tail_error
+            assert time.monotonic() < deadline, f"tail did not reach {head}"
+            time.sleep(0.05)
+
+    def stop_tail(self) -> None:
+        self._tail_stop.set()
+        if self._tail_thread:
+            self._tail_thread.join(60)
+        if self.tail_error:
+            raise self.tail_error
+
+    # -- dump and apply --------------------------------------------------------
+    def request(self, spec: DumpSpec) -> str:
+        return DumpRunner(self.source, self.state, self.store, None, self.cfg.dump).submit(spec)
+
+    def dump_spark(self, rid: str, max_chunks: int | None = None) -> dict:
+        args = ["--config", str(self.path), "--source", "src", "--request", rid]
+        if max_chunks:
+            args += ["--max-chunks", str(max_chunks)]
+        return run_spark_job(self.cfg, "dump_job", args)
+
+    def apply(self) -> dict:
+        return run_spark_job(self.cfg, "apply_job", ["--config", str(self.path), "--target", "tgt"])
+
+    def target(self) -> PostgresTarget:
+        return PostgresTarget(self.cfg.target())
+
+    def compare(self, table: str):
+        schema = self.source.table_schema(f"{self.db}.{table}")
+        return compare_source_target(self.src_cfg, self.cfg.target(), schema, target_table_name(schema))
+
+    def close(self) -> None:
+        try:
+            self.stop_tail()
+        finally:
+            self.target().drop_all()
+            self.source.close()
+            self.sdb.drop_namespace(self.wm_ns)
+
+
+@pytest.fixture(params=sorted(KINDS))
+def src_db(request, servers):
+    """A fresh source namespace on each source kind in turn (tests/sourcedb.py).
+    A test for one kind only: @pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)."""
+    sdb = KINDS[request.param]()
+    yield sdb
+    sdb.close()
+
+
+@pytest.fixture
+def make_cdc(src_db, tmp_path, redis_prefix):
+    made = []
+
+    def make(tables: list[str], **overrides) -> CDC:
+        c = CDC(src_db, tables, tmp_path, redis_prefix, **overrides)
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        c.close()

@@ -1,0 +1,316 @@
+"""PostgresSource.read_log against the private PostgreSQL 15: a real replication
+slot read with pgoutput. Values equal what select_keys reads, unchanged TOAST
+values are filled from the old row, positions follow commit order, the slot
+keeps the WAL until the tail confirms it, and whatever would be silently wrong
+(TRUNCATE, ALTER TABLE, no old row, a missing slot) stops with a clear error."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+
+from airflow_provider_dblog.engine.config import Endpoint, SourceConfig
+from airflow_provider_dblog.engine.errors import SchemaChangedError, SourceSetupError
+from airflow_provider_dblog.engine.events import DELETE, INSERT, UPDATE
+from airflow_provider_dblog.engine.sources import open_source
+from airflow_provider_dblog.engine.sources.base import Idle, RowChange, TxnEnd, WatermarkSeen
+from airflow_provider_dblog.engine.sources.postgres import lsn_to_int
+
+from helpers import POSTGRES_PORT, pg_connect, unique
+
+
+@pytest.fixture
+def db(pg_db):
+    conn = pg_connect(pg_db)
+    with conn.cursor() as cur:
+        cur.execute("CREATE SCHEMA app")
+    yield pg_db, conn
+    conn.close()
+
+
+def run(conn, text, args=None):
+    with conn.cursor() as cur:
+        cur.execute(text, args)
+        return cur.fetchall() if cur.description else None
+
+
+def make(pg_db, tables, **kw):
+    cfg = SourceConfig(name="pg", kind="postgres",
+                       endpoint=Endpoint("127.0.0.1", POSTGRES_PORT, "postgres", "", pg_db),
+                       tables=tuple(tables), watermark_namespace="dblog",
+                       slot=kw.pop("slot", unique("slot")), publication=unique("pub"), **kw)
+    return open_source(cfg)
+
+
+def create(conn, name, columns, full=True):
+    run(conn, f"CREATE TABLE app.{name} ({columns})")
+    if full:
+        run(conn, f"ALTER TABLE app.{name} REPLICA IDENTITY FULL")
+
+
+def read(src, resume, until=None, seconds=20.0):
+    """Items (Idle left out) until ``until(items)`` holds, or the log head is reached."""
+    head, _ = src.current_resume()
+    items, t0 = [], time.monotonic()
+
+    def done():
+        if until is not None:
+            return until(items)
+        return any(isinstance(i, TxnEnd) and i.pos >= head for i in items)
+    for item in src.read_log(resume, lambda: done() or time.monotonic() - t0 > seconds):
+        if not isinstance(item, Idle):
+            items.append(item)
+    assert done(), f"the log did not reach what the test waited for in {seconds}s: {items[-3:]}"
+    return items
+
+
+def changes(items):
+    return [i.event for i in items if isinstance(i, RowChange)]
+
+
+def started(src):
+    src.prepare_log()
+    return src.current_resume()[1]
+
+
+TYPES = """id int PRIMARY KEY, i2 smallint, i8 bigint, n numeric(12,3), nu numeric, f4 real,
+    f8 double precision, b bool, t text, vc varchar(10), ch char(5), u uuid, d date, ts timestamp,
+    tz timestamptz, j json, jb jsonb, by bytea, ia int[], ta text[], iv interval, tm time,
+    mood app.mood, dom app.posint"""
+
+
+def test_log_values_equal_what_select_keys_reads(db):
+    pg_db, conn = db
+    run(conn, "CREATE TYPE app.mood AS ENUM ('sad', 'happy')")
+    run(conn, "CREATE DOMAIN app.posint AS int CHECK (VALUE > 0)")
+    create(conn, "types", TYPES)
+    src = make(pg_db, ["app.types"])
+    resume = started(src)
+    run(conn, """INSERT INTO app.types VALUES
+        (1, -32768, 9223372036854775807, -123456789.125, 1e-30, 1.5, 0.1, true, 'a''b\\c é', 'xyz',
+         'ab', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '2024-02-29', '2024-01-02 03:04:05.123456',
+         '2024-01-02 03:04:05.5+05:30', '{"b": 1,  "a": [1, 2]}', '{"b": 1,  "a": [1, 2]}',
+         '\\x00ff27', '{1,NULL,3}', '{"a b",NULL,"c,d"}', '1 day 02:03:04', '23:59:59.999999',
+         'happy', 7),
+        (2, NULL, NULL, NULL, 'NaN', 'NaN', '-Infinity', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+         NULL, NULL, NULL, NULL, '{}', NULL, NULL, NULL, NULL, NULL)""")
+    events = changes(read(src, resume))
+    schema = src.table_schema("app.types")
+    assert [e.op for e in events] == [INSERT, INSERT]
+    want = src.select_keys(schema, [(1,), (2,)]).to_pylist()
+    got = [e.after for e in events]
+    nan_free = [{k: v for k, v in r.items() if k not in ("f4", "f8", "nu")} for r in got]
+    assert nan_free == [{k: v for k, v in r.items() if k not in ("f4", "f8", "nu")} for r in want]
+    assert got[0]["f4"] == want[0]["f4"] and got[0]["f8"] == want[0]["f8"] == 0.1
+    assert got[1]["nu"] == want[1]["nu"] == "NaN" and got[1]["f8"] == float("-inf")
+    assert got[0]["tz"].isoformat() == "2024-01-01T21:34:05.500000"  # UTC, naive
+    assert got[0]["by"] == b"\x00\xff'" and got[0]["ia"] == "{1,NULL,3}"
+
+
+def test_unchanged_toast_value_is_taken_from_the_old_row(db):
+    pg_db, conn = db
+    create(conn, "docs", "id int PRIMARY KEY, v int, body text")
+    src = make(pg_db, ["app.docs"])
+    resume = started(src)
+    # random hex does not compress below the TOAST threshold: stored out of line
+    run(conn, "INSERT INTO app.docs SELECT 1, 0, string_agg(md5(random()::text), '') "
+              "FROM generate_series(1, 3000)")
+    (toast,), = run(conn, "SELECT reltoastrelid::regclass::text FROM pg_class "
+                          "WHERE oid = 'app.docs'::regclass")
+    assert run(conn, f"SELECT count(*) > 0 FROM {toast}") == [(True,)]  # stored out of line
+    run(conn, "UPDATE app.docs SET v = 1 WHERE id = 1")  # body unchanged: pgoutput omits it
+    (body,), = run(conn, "SELECT body FROM app.docs")
+    ins, upd = changes(read(src, resume))
+    assert upd.op == UPDATE and len(body) == 96_000
+    assert upd.after["body"] == body and upd.before["body"] == body and upd.after["v"] == 1
+
+
+def test_update_without_the_old_row_fails_closed(db):
+    pg_db, conn = db
+    create(conn, "docs", "id int PRIMARY KEY, v int, body text", full=False)  # DEFAULT identity
+    src = make(pg_db, ["app.docs"])
+    assert any("REPLICA IDENTITY is DEFAULT" in p.what for p in src.check())
+    resume = started(src)
+    run(conn, "INSERT INTO app.docs SELECT 1, 0, string_agg(md5(random()::text), '') "
+              "FROM generate_series(1, 3000)")
+    run(conn, "UPDATE app.docs SET v = 1 WHERE id = 1")
+    with pytest.raises((SourceSetupError, SchemaChangedError), match="REPLICA IDENTITY FULL"):
+        read(src, resume)
+
+
+def test_primary_key_change_is_a_delete_then_an_insert(db):
+    pg_db, conn = db
+    create(conn, "t", "id int PRIMARY KEY, v text")
+    src = make(pg_db, ["app.t"])
+    resume = started(src)
+    run(conn, "INSERT INTO app.t VALUES (1, 'a')")
+    run(conn, "UPDATE app.t SET id = 2, v = 'b' WHERE id = 1")
+    _, delete, insert = changes(read(src, resume))
+    assert (delete.op, delete.key, delete.before) == (DELETE, (1,), {"id": 1, "v": "a"})
+    assert (insert.op, insert.key, insert.after) == (INSERT, (2,), {"id": 2, "v": "b"})
+    assert delete.pos.offset == insert.pos.offset and insert.pos.seq == delete.pos.seq + 1
+
+
+def test_positions_follow_commit_order_not_change_order(db):
+    pg_db, conn = db
+    create(conn, "t", "id int PRIMARY KEY, v int")
+    src = make(pg_db, ["app.t"])
+    resume = started(src)
+    other = pg_connect(pg_db)
+    try:
+        with other.cursor() as late:
+            late.execute("BEGIN")
+            late.execute("INSERT INTO app.t VALUES (1, 1)")  # written first, committed last
+            run(conn, "INSERT INTO app.t VALUES (2, 2)")
+            late.execute("INSERT INTO app.t VALUES (3, 3)")
+            late.execute("COMMIT")
+    finally:
+        other.close()
+    items = read(src, resume)
+    events = changes(items)
+    assert [e.key for e in events] == [(2,), (1,), (3,)]
+    positions = [i.event.pos if isinstance(i, RowChange) else i.pos for i in items]
+    assert positions == sorted(positions)   # the stream is in position order
+    assert events[1].pos.offset == events[2].pos.offset and events[2].pos.seq == 1
+    ends = [i for i in items if isinstance(i, TxnEnd)]
+    assert all(e.pos > ev.pos for e in ends for ev in events if ev.pos.offset < e.pos.offset)
+
+
+def test_watermarks_are_seen_in_their_transaction(db):
+    pg_db, conn = db
+    create(conn, "t", "id int PRIMARY KEY")
+    src = make(pg_db, ["app.t"])
+    resume = started(src)
+    run(conn, "INSERT INTO app.t VALUES (1)")
+    src.write_watermark("1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    run(conn, "INSERT INTO app.t VALUES (2)")
+    items = [i for i in read(src, resume) if not isinstance(i, TxnEnd)]
+    assert [type(i).__name__ for i in items] == ["RowChange", "WatermarkSeen", "RowChange"]
+    assert items[1].value == "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+    assert items[0].event.pos < items[1].pos < items[2].event.pos
+
+
+def test_truncate_of_a_captured_table_stops_with_a_clear_error(db):
+    pg_db, conn = db
+    create(conn, "t", "id int PRIMARY KEY")
+    create(conn, "other", "id int PRIMARY KEY")
+    src = make(pg_db, ["app.t"])
+    resume = started(src)
+    run(conn, "INSERT INTO app.t VALUES (1)")
+    run(conn, "TRUNCATE app.t")
+    with pytest.raises(SchemaChangedError, match="TRUNCATE of app.t .*re-dump") as e:
+        read(src, resume)
+    assert e.value.tables == ["app.t"]
+
+
+def test_alter_table_stops_with_a_clear_error(db):
+    pg_db, conn = db
+    create(conn, "t", "id int PRIMARY KEY, v int")
+    src = make(pg_db, ["app.t"])
+    resume = started(src)
+    run(conn, "INSERT INTO app.t VALUES (1, 1)")
+    run(conn, "ALTER TABLE app.t ADD COLUMN w text")
+    run(conn, "INSERT INTO app.t VALUES (2, 2, 'x')")
+    seen = []
+    with pytest.raises(SchemaChangedError, match="app.t changed .*re-dump"):
+        for item in src.read_log(resume, lambda: False):
+            seen.append(item)
+    assert [e.key for e in changes(seen)] == [(1,)]  # everything before the change was read
+    # a column's type changed, names kept
+    create(conn, "t2", "id int PRIMARY KEY, v int")
+    src2 = make(pg_db, ["app.t2"])
+    resume2 = started(src2)
+    src2.table_schema("app.t2")  # the schema the tail captures with
+    run(conn, "ALTER TABLE app.t2 ALTER COLUMN v TYPE bigint")
+    run(conn, "INSERT INTO app.t2 VALUES (3, 3)")
+    with pytest.raises(SchemaChangedError, match="the type of v changed"):
+        list(src2.read_log(resume2, lambda: False))
+
+
+def test_slot_keeps_the_wal_until_the_tail_confirms_it(db):
+    """The slot's confirmed_flush_lsn (before which a restart skips commits) never passes
+    a commit the tail has not confirmed as durable; it moves once the tail confirms."""
+    pg_db, conn = db
+    create(conn, "t", "id int PRIMARY KEY")
+    src = make(pg_db, ["app.t"])
+    resume = started(src)
+
+    def confirmed():
+        (lsn,), = run(conn, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                            "WHERE slot_name = %s", (src.config.slot,))
+        return lsn_to_int(lsn)
+    for i in range(5):
+        run(conn, "INSERT INTO app.t VALUES (%s)", (i,))
+    items, t0, deadline = [], time.monotonic(), None
+    stop = threading.Event()
+    for item in src.read_log(resume, lambda: stop.is_set() or time.monotonic() - t0 > 30):
+        items.append(item)
+        events, ends = changes(items), [i for i in items if isinstance(i, TxnEnd)]
+        if len(events) == 5 and deadline is None:
+            time.sleep(1.0)   # the reader keeps going (feedback, keepalives): nothing confirmed
+            assert confirmed() <= events[0].pos.offset   # a restart would re-read every commit
+            src.confirm(ends[2].resume)   # the tail made everything before the 3rd end durable
+            deadline = time.monotonic() + 10
+        if deadline and confirmed() >= ends[2].pos.offset:
+            stop.set()
+        assert deadline is None or time.monotonic() < deadline, "the slot did not move"
+    assert ends[2].pos.offset <= confirmed() <= events[3].pos.offset
+    # a restart from that checkpoint reads the rest exactly once
+    rest = changes(read(src, ends[2].resume))
+    assert [e.key for e in rest] == [(3,), (4,)]
+
+
+def test_idle_log_gives_a_boundary_at_the_head(db):
+    """Writes to tables outside the publication still move the checkpoint to the head
+    (keepalives), so a drain does not wait for the next captured change."""
+    pg_db, conn = db
+    create(conn, "t", "id int PRIMARY KEY")
+    create(conn, "other", "id int PRIMARY KEY")
+    src = make(pg_db, ["app.t"])
+    resume = started(src)
+    run(conn, "INSERT INTO app.other SELECT generate_series(1, 1000)")
+    items = read(src, resume, seconds=60)
+    assert not changes(items)
+
+
+def test_missing_slot_fails_closed(db):
+    pg_db, conn = db
+    create(conn, "t", "id int PRIMARY KEY")
+    src = make(pg_db, ["app.t"])
+    resume = started(src)
+    src.drop_log()
+    with pytest.raises(SourceSetupError, match="does not exist: the WAL .* may be gone"):
+        list(src.read_log(resume, lambda: False))
+
+
+def test_prepare_creates_and_checks_slot_and_publication(db):
+    pg_db, conn = db
+    create(conn, "t", "id int PRIMARY KEY")
+    create(conn, "u", "id int PRIMARY KEY")
+    src = make(pg_db, ["app.t"])
+    src.prepare_log()
+    pub = src.config.publication
+    published = {r[0] for r in run(conn, "SELECT schemaname || '.' || tablename FROM "
+                                         "pg_publication_tables WHERE pubname = %s", (pub,))}
+    assert published == {"app.t", "dblog.watermark"}
+    assert run(conn, "SELECT plugin FROM pg_replication_slots WHERE slot_name = %s",
+               (src.config.slot,)) == [("pgoutput",)]
+    # a table added to the config is added to the publication
+    wider = open_source(dataclasses.replace(src.config, tables=("app.t", "app.u")))
+    wider.prepare_log()
+    assert len(run(conn, "SELECT 1 FROM pg_publication_tables WHERE pubname = %s", (pub,))) == 3
+    assert wider.check() == []
+    # what the engine cannot fix is reported by check() and stops prepare_log()
+    run(conn, f"ALTER PUBLICATION {pub} SET (publish = 'insert, update')")
+    run(conn, f"ALTER PUBLICATION {pub} SET TABLE app.t WHERE (id > 10), app.u, dblog.watermark")
+    whats = " | ".join(p.what for p in wider.check())
+    assert "does not publish delete, truncate" in whats and "filters the rows of app.t" in whats
+    with pytest.raises(SourceSetupError, match="does not publish"):
+        wider.prepare_log()
+    taken = make(pg_db, ["app.t"], slot=unique("other"))
+    run(conn, "SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (taken.config.slot,))
+    assert any("not a logical pgoutput slot" in p.what for p in taken.check())
+    with pytest.raises(SourceSetupError, match="slot name"):
+        make(pg_db, ["app.t"], slot="Bad-Name").check_or_raise()

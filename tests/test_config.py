@@ -1,0 +1,71 @@
+"""The YAML config: environment references, Airflow-style connections, clear errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_dblog.engine.config import ConfigError, parse_config
+
+BASE = {
+    "sources": {"shop": {"kind": "mysql", "conn_id": "shop_db", "tables": ["shop.orders"]}},
+    "targets": {"wh": {"kind": "postgres", "source": "shop", "conn_id": "wh_db"}},
+    "state": {"conn_id": "state_redis"},
+    "storage": {"root": "/tmp/x"},
+}
+
+
+def test_connections_from_airflow_uri_and_json_forms():
+    env = {
+        "AIRFLOW_CONN_SHOP_DB": "mysql://cdc%40user:p%40ss@db.example:3307/shop",
+        "AIRFLOW_CONN_WH_DB": json.dumps({"conn_type": "postgres", "host": "wh", "port": 5433,
+                                          "login": "loader", "password": "s3cret", "schema": "warehouse"}),
+        "AIRFLOW_CONN_STATE_REDIS": "redis://:pw@cache:6380/2",
+    }
+    cfg = parse_config(BASE, env=env)
+    src = cfg.source().endpoint
+    assert (src.host, src.port, src.user, src.password, src.database) == ("db.example", 3307, "cdc@user", "p@ss", "shop")
+    tgt = cfg.target().endpoint
+    assert (tgt.host, tgt.port, tgt.user, tgt.password, tgt.database) == ("wh", 5433, "loader", "s3cret", "warehouse")
+    assert cfg.redis_url == "redis://:pw@cache:6380/2"
+    assert "s3cret" not in repr(cfg) and "p@ss" not in repr(cfg)
+
+
+def test_yaml_fields_win_over_the_connection():
+    env = {"AIRFLOW_CONN_SHOP_DB": "mysql://u:p@h:1/d", "AIRFLOW_CONN_WH_DB": "postgres://u:p@h:2/d",
+           "AIRFLOW_CONN_STATE_REDIS": "redis://r:6379/0"}
+    raw = json.loads(json.dumps(BASE))
+    raw["sources"]["shop"]["port"] = 13306
+    assert parse_config(raw, env=env).source().endpoint.port == 13306
+
+
+def test_a_missing_connection_says_how_to_provide_it():
+    with pytest.raises(ConfigError, match="AIRFLOW_CONN_SHOP_DB"):
+        parse_config(BASE, env={})
+
+
+def test_environment_references_and_defaults():
+    raw = {"sources": {"s": {"kind": "mysql", "host": "h", "port": "${PORT:-3306}", "user": "${USER_X}",
+                             "password": "${PW:-}", "tables": ["a.b"]}},
+           "state": {"redis_url": "redis://r"}, "storage": {"root": "/tmp"}}
+    cfg = parse_config(raw, env={"USER_X": "me"})
+    assert (cfg.source().endpoint.port, cfg.source().endpoint.user) == (3306, "me")
+    with pytest.raises(ConfigError, match="USER_X is not set"):
+        parse_config(raw, env={})
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda r: r["sources"]["s"].update(kind="oracle"), "kind must be one of"),
+    (lambda r: r["sources"]["s"].update(tables=["nodot"]), "namespace.table"),
+    (lambda r: r["sources"]["s"].update(tables=["a.b; drop"]), "not a plain SQL identifier"),
+    (lambda r: r["sources"]["s"].update(tables=[]), "list the tables"),
+    (lambda r: r.update(dump={"chunk_size": 10, "chunk": 1}), "unknown field"),
+    (lambda r: r.pop("storage"), "storage"),
+    (lambda r: r["sources"]["s"].pop("port"), "missing field 'port'"),
+])
+def test_bad_config_is_refused_with_what_is_wrong(change, words):
+    raw = {"sources": {"s": {"kind": "mysql", "host": "h", "port": 1, "user": "u", "tables": ["a.b"]}},
+           "state": {"redis_url": "redis://r"}, "storage": {"root": "/tmp"}}
+    change(raw)
+    with pytest.raises(ConfigError, match=words):
+        parse_config(raw, env={})
