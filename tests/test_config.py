@@ -62,6 +62,9 @@ def test_environment_references_and_defaults():
     (lambda r: r.update(dump={"chunk_size": 10, "chunk": 1}), "unknown field"),
     (lambda r: r.pop("storage"), "storage"),
     (lambda r: r["sources"]["s"].pop("port"), "missing field 'port'"),
+    (lambda r: r.update(spark={"nice": 20}), "spark.nice must be an integer from 0 to 19"),
+    (lambda r: r.update(spark={"nice": "low"}), "spark.nice must be"),
+    (lambda r: r.update(spark={"nice": True}), "spark.nice must be"),
 ])
 def test_bad_config_is_refused_with_what_is_wrong(change, words):
     raw = {"sources": {"s": {"kind": "mysql", "host": "h", "port": 1, "user": "u", "tables": ["a.b"]}},

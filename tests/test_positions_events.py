@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from airflow_provider_dblog.engine.errors import InvalidKeyError, NoPrimaryKeyError
 from airflow_provider_dblog.engine.events import (
-    DELETE, INSERT, OPS, SNAPSHOT, UPDATE, Event, encode_key, event_arrow_schema, events_from_arrow,
-    events_to_arrow)
+    DELETE, INSERT, OPS, SNAPSHOT, UPDATE, Event, encode_key, encode_key_array, event_arrow_schema,
+    events_from_arrow, events_to_arrow, position_range)
 from airflow_provider_dblog.engine.positions import POSITION_WIDTH, ZERO, Position
 from airflow_provider_dblog.engine.schema import Column, TableSchema
 
@@ -161,6 +161,31 @@ def test_encode_key_keeps_json_types_apart() -> None:
 def test_decode_key_round_trip_per_type(table: TableSchema, key: tuple) -> None:
     assert table.decode_key(encode_key(key)) == key
     assert encode_key(via_arrow(table, key)) == encode_key(key)
+
+
+@settings(max_examples=200)
+@given(st.lists(mixed_keys, max_size=6), st.sampled_from([(0,), (0, 1), (1,), (0, 1, 2, 3, 4, 5)]))
+def test_encode_key_array_equals_encode_key(keys: list[tuple], cols: tuple) -> None:
+    # the Arrow fast path (integers, plain text) and the per-value fallback agree with
+    # encode_key, escapes and non-ASCII text included
+    rows = [tuple(k[i] for i in cols) for k in keys]
+    schema = pa.schema(list(MIXED.row_struct()))
+    columns = [pa.array([r[j] for r in rows], schema.field(MIXED.key[i]).type) for j, i in enumerate(cols)]
+    assert encode_key_array(columns).to_pylist() == [encode_key(r) for r in rows]
+
+
+@pytest.mark.parametrize("values", [["a", "b c", "~!#"], ['say "hi"', "back\\slash"], ["é", "tab\t"], []])
+def test_encode_key_array_text_paths(values: list[str]) -> None:
+    arr = pa.array(values, pa.string())
+    assert encode_key_array([pa.array(range(len(values)), pa.int64()), arr]).to_pylist() == \
+        [encode_key((i, v)) for i, v in enumerate(values)]
+
+
+def test_position_range() -> None:
+    assert position_range(Position(1, 2, 3), 3).to_pylist() == [Position(1, 2, s).encode() for s in (3, 4, 5)]
+    assert position_range(Position(1, 2, 3), 0).to_pylist() == []
+    with pytest.raises(ValueError, match="does not fit"):
+        position_range(Position(1, 2, U32), 2)
 
 
 def test_negative_zero_decimal_encodes_like_zero() -> None:

@@ -135,6 +135,13 @@ class SparkConfig:
     jars: tuple[str, ...] = ("/usr/share/java/mariadb-java-client.jar", "/usr/share/java/postgresql.jar")
     conf: dict = field(default_factory=dict)
     driver_memory: str = "2g"
+    # CPU niceness (0-19) of spark-submit and its JVM: where Spark shares a host with the
+    # source database, a positive value keeps the database's writes ahead of the dump
+    nice: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.nice, bool) or not isinstance(self.nice, int) or not 0 <= self.nice <= 19:
+            raise ConfigError(f"spark.nice must be an integer from 0 to 19, not {self.nice!r}")
 
 
 @dataclass(frozen=True)

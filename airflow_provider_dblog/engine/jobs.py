@@ -109,6 +109,13 @@ def spark_submit_args(config: Config, application: str, app_args: list[str]) -> 
     return cmd + [application, *[str(a) for a in app_args]]
 
 
+def spark_preexec(config: Config):
+    """The ``preexec_fn`` that gives spark-submit (and the JVM it starts) the config's
+    ``spark.nice``, or None. Applied in the child only: the caller keeps its priority."""
+    nice = config.spark.nice
+    return (lambda: os.nice(nice)) if nice else None
+
+
 def project_root() -> str:
     """The directory holding ``airflow_provider_dblog`` and ``spark_jobs`` (for PYTHONPATH)."""
     return str(Path(__file__).resolve().parents[2])
@@ -143,7 +150,8 @@ def run_spark_job(config: Config, name: str, app_args: list[str], env: dict | No
     log.info("running %s", " ".join(cmd))
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=job_env(env), bufsize=1, errors="replace")
+                            env=job_env(env), bufsize=1, errors="replace",
+                            preexec_fn=spark_preexec(config))
     out_lines: list[str] = []
     # spark-submit passes the Python driver's stderr (tracebacks, logging) on to its own
     # stdout, so the tail shown on failure is of both streams, without log4j's INFO lines

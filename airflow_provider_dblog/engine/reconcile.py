@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from .events import DELETE, SNAPSHOT, encode_key, event_arrow_schema
+from .events import DELETE, SNAPSHOT, encode_key, encode_key_array, event_arrow_schema, position_range
 from .positions import Position
 from .schema import TableSchema
 
@@ -35,9 +36,8 @@ def conform_rows(table: TableSchema, rows: pa.Table) -> pa.Table:
     return rows.sort_by([(k, "ascending") for k in table.key])
 
 
-def row_keys(table: TableSchema, rows: pa.Table) -> list[str]:
-    cols = [rows[k].to_pylist() for k in table.key]
-    return [encode_key(vals) for vals in zip(*cols)]
+def row_keys(table: TableSchema, rows: pa.Table) -> pa.Array:
+    return encode_key_array([rows[k] for k in table.key])
 
 
 def _before_keys(table: TableSchema, events: pa.Table) -> set[str]:
@@ -46,9 +46,8 @@ def _before_keys(table: TableSchema, events: pa.Table) -> set[str]:
     before = events["before"].combine_chunks() if events.num_rows else None
     if before is None or before.null_count == len(before):
         return set()
-    cols = [before.field(k).to_pylist() for k in table.key]
-    valid = before.is_valid().to_pylist()
-    return {encode_key(vals) for ok, *vals in zip(valid, *cols) if ok}
+    before = before.filter(before.is_valid())
+    return set(encode_key_array([before.field(k) for k in table.key]).to_pylist())
 
 
 def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: Position,
@@ -57,13 +56,13 @@ def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: 
     changed = set(window_events["key"].to_pylist()) | _before_keys(table, window_events)
     rows = conform_rows(table, chunk)
     keys = row_keys(table, rows)
-    keep = [k not in changed for k in keys]
-    survivors = rows.filter(pa.array(keep, pa.bool_()))
-    kept_keys = [k for k, ok in zip(keys, keep) if ok]
+    keep = pc.invert(pc.is_in(keys, value_set=pa.array(sorted(changed), pa.string())))
+    survivors = rows.filter(keep)
+    kept_keys = keys.filter(keep)
 
     missing: list[tuple] = []
     if requested_keys is not None:
-        found = set(keys)
+        found = set(keys.to_pylist())
         missing = [key for key in requested_keys
                    if encode_key(key) not in found and encode_key(key) not in changed]
 
@@ -75,10 +74,10 @@ def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: 
     snap = pa.table({
         "table": pa.array([table.qualified] * n, pa.string()),
         "op": pa.array([SNAPSHOT] * n, pa.string()),
-        "key": pa.array(kept_keys, pa.string()),
+        "key": kept_keys,
         "before": pa.nulls(n, row_type),
         "after": after,
-        "pos": pa.array([hw.with_seq(hw.seq + 1 + i).encode() for i in range(n)], pa.string()),
+        "pos": position_range(hw.with_seq(hw.seq + 1), n),
         "source_ts": pa.array([source_ts] * n, pa.int64()),
     }, schema=schema)
     if missing:
@@ -90,7 +89,7 @@ def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: 
             "key": [encode_key(k) for k in missing],
             "before": pa.array(images, row_type),
             "after": pa.nulls(len(missing), row_type),
-            "pos": [hw.with_seq(hw.seq + 1 + n + i).encode() for i in range(len(missing))],
+            "pos": position_range(hw.with_seq(hw.seq + 1 + n), len(missing)),
             "source_ts": [source_ts] * len(missing),
         }, schema=schema)
         snap = pa.concat_tables([snap, deletes])

@@ -26,6 +26,7 @@ from ..engine.jobs import (
     existing_jars,
     parse_result,
     spark_conf,
+    spark_preexec,
     spark_submit_binary,
 )
 from ..exceptions import DBLogSparkConnectionError
@@ -143,6 +144,7 @@ class DBLogSparkSubmitOperator(SparkSubmitOperator):
     def prepare(self, hook: DBLogHook, context: Context) -> None:
         """Set application, jars, conf, env_vars and the arguments from the config."""
         cfg = hook.config
+        self._preexec = spark_preexec(cfg)
         self.application = application_path(self.job)
         jars = existing_jars(cfg) + [j for j in (self.jars or "").split(",") if j.strip()]
         self.jars = ",".join(dict.fromkeys(jars)) or None
@@ -209,4 +211,8 @@ class DBLogSparkSubmitOperator(SparkSubmitOperator):
                 yield raw
 
         hook._process_spark_submit_log = lambda itr: process(keep(itr))  # type: ignore[method-assign]
+        preexec = getattr(self, "_preexec", None)
+        if preexec is not None:  # spark.nice: the hook passes Popen arguments through
+            submit = hook.submit
+            hook.submit = lambda application="", **kw: submit(application, preexec_fn=preexec, **kw)  # type: ignore[method-assign]
         return hook

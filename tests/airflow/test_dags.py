@@ -117,6 +117,8 @@ class Flow:
             time.sleep(0.2)
 
     def run(self, dag_id: str, conf: dict | None = None):
+        # a dump waits for its HW in the log: the tail must outlive every run (see tail_seconds)
+        assert self.tail is None or self.tail.poll() is None, "the tail DAG run ended too early"
         dr = self.dags[dag_id].test(run_conf=conf or {})
         return dr, {ti.task_id: ti.state for ti in dr.get_task_instances()}
 
@@ -173,7 +175,9 @@ def test_tail_dump_apply_repair_through_airflow(airflow_db, dblog_setup, setup_k
     from sourcedb import KINDS
     setup = dblog_setup(tables_for(KINDS[setup_kind]))
     fill(setup)
-    flow = Flow(setup, tail_seconds=300, airflow_home=airflow_db)
+    # one tail run must cover the whole flow (about 5 min on a loaded 2-core CI machine);
+    # close() stops it early through the operator's on_kill
+    flow = Flow(setup, tail_seconds=3600, airflow_home=airflow_db)
     try:
         run_flow(flow, setup, tmp_path)
     finally:

@@ -305,6 +305,9 @@ if mode == "fail":
     sys.exit(1)
 if mode == "noresult":
     sys.exit(0)
+if mode == "nice":  # report the niceness spark-submit was started with
+    print('DBLOG_RESULT {{"nice": %d}}' % os.nice(0), flush=True)
+    sys.exit(0)
 print("DBLOG_RESULT " + os.environ["FAKE_RESULT"], flush=True)
 """
 
@@ -337,6 +340,36 @@ def test_spark_job_error_line_becomes_the_task_error(dblog_setup, context, fake_
     fake_spark_submit("noresult")
     with pytest.raises(SparkJobError, match="without a DBLOG_RESULT line"):
         DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(context)
+
+
+def load_config_from(raw: dict):
+    from airflow_provider_dblog.engine.config import parse_config
+    return parse_config(raw)
+
+
+def test_spark_nice_lowers_only_the_spark_submit_process(dblog_setup, context, fake_spark_submit):
+    import os
+
+    import yaml
+    s = dblog_setup(ITEMS)
+    raw = yaml.safe_load(s.path.read_text())
+    raw["spark"] = {**(raw.get("spark") or {}), "nice": 7}
+    s.path.write_text(yaml.safe_dump(raw))
+    fake_spark_submit("nice")
+    own = os.nice(0)
+    result = DBLogSparkSubmitOperator(task_id="j", job="apply_job", config_path=str(s.path)).execute(context)
+    assert result == {"nice": min(19, own + 7)}
+    assert os.nice(0) == own  # the task itself keeps its priority
+    # the dblog command's path (engine.jobs.run_spark_job) starts its child the same way
+    import subprocess
+    import sys
+    from airflow_provider_dblog.engine.config import load_config
+    from airflow_provider_dblog.engine.jobs import spark_preexec
+    out = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], capture_output=True,
+                         text=True, check=True, preexec_fn=spark_preexec(load_config(str(s.path))))
+    assert int(out.stdout) == min(19, own + 7) and os.nice(0) == own
+    raw["spark"]["nice"] = 0
+    assert spark_preexec(load_config_from(raw)) is None
 
 
 def test_apply_result_through_the_spark_provider(dblog_setup, context, fake_spark_submit):
