@@ -64,9 +64,9 @@ def dump(a, src, workdir: Path) -> dict:
     rate = lambda s: round(n / s, 1) if s else None  # noqa: E731
     base_start = base["submit_seconds"] - base["work_s"]
     ours_start = ours["submit_seconds"] - ours["seconds"]
-    # the engine's per-chunk "wait_s" runs from the start of finish_chunk to its end:
+    # the engine's per-chunk "finish_s" runs from the start of finish_chunk to its end:
     # waiting for the HW in the log, plus reading the window's events, reconcile and snapshot
-    waits = [w.get("wait_s", 0) for w in windows]
+    waits = [w.get("finish_s", 0) for w in windows]
     return {
         "rows": n, "rows_dumped": ours["rows"], "chunks": ours["chunks"], "dropped": ours["dropped"],
         "chunk_size": a.chunk_size, "parallelism": a.parallelism,
@@ -99,12 +99,25 @@ def _tail_once(env: Env, start: Position, resume: dict, n: int, profiler=None):
     return stats
 
 
+def _prepare_log(env: Env) -> None:
+    """What Tail.run does first (source.prepare_log), done before the writes: a log
+    that needs set-up (a PostgreSQL replication slot) then retains them. MySQL: nothing."""
+    s = open_source(env.cfg.source())
+    try:
+        s.prepare_log()
+    finally:
+        s.close()
+
+
 def tail(a, src, workdir: Path) -> dict:
     table = "tail_events"
     src.create_table(table)
     env = Env(src, "tail", [table], workdir)
     prof_env = Env(src, "tailprof", [table], workdir) if a.profile else None
     try:
+        for e in (env, prof_env):
+            if e:
+                _prepare_log(e)
         log.info("tail: writing %d row changes in transactions of %d rows", a.tail_events, a.txn_rows)
         start, resume = src.write_events(table, a.tail_events, a.txn_rows)
         log.info("tail: bare decode loop")
@@ -187,7 +200,7 @@ def lag(a, src, workdir: Path) -> dict:
     for w in windows:
         lw_t, hw_t = cp.covered_at(w["lw"]), cp.covered_at(w["hw"])
         wins.append({"lw": w["lw"], "hw": w["hw"], "lw_t": lw_t, "hw_t": hw_t, "closed_t": w["at"],
-                     "rows": w.get("rows"), "wait_s": w.get("wait_s")})
+                     "rows": w.get("rows"), "hw_wait_s": w.get("hw_wait_s"), "finish_s": w.get("finish_s")})
     # "during the dump": from the first LW to the last window's close (the chunk selects);
     # the dump job's JVM start before it loads nothing
     d0 = min((w["lw_t"] for w in wins if w["lw_t"]), default=t_dump0)

@@ -18,7 +18,8 @@ ALIASES = {"impact": "lag", "stall": "lag", "freshness": "fresh"}
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("--source", default="mysql", help="source kind (mysql; postgres: TODO)")
+    p.add_argument("--source", default="mysql", choices=("mysql", "postgres"),
+                   help="source kind: mysql (MariaDB) or postgres")
     p.add_argument("--rows", type=int, default=2_000_000, help="rows of the dumped table")
     p.add_argument("--only", default=",".join(PHASES),
                    help=f"comma-separated phases: {', '.join(PHASES)} (impact is measured with lag)")

@@ -2,7 +2,7 @@
 
 Everything source-specific (DDL, seeding, the application's writes, the position
 of the log's end, the bare decode-only log reader) lives in a BenchSource; the
-phases only talk to this interface, so a PostgreSQL source is one more class.
+phases only talk to this interface: MySQLBench (mysql.py), PostgresBench (postgres.py).
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def open_bench_source(kind: str, run_id: str) -> BenchSource:
     if kind == "mysql":
         from .mysql import MySQLBench
         return MySQLBench(run_id)
-    # TODO(postgres): a PostgresBench with the same methods (seed with generate_series,
-    # bare_read = a pgoutput/psycopg2 LogicalReplicationConnection loop that only decodes)
-    raise SystemExit(f"bench: source kind {kind!r} is not implemented yet (only mysql)")
+    if kind == "postgres":
+        from .postgres import PostgresBench
+        return PostgresBench(run_id)
+    raise SystemExit(f"bench: unknown source kind {kind!r} (mysql, postgres)")

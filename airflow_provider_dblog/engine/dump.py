@@ -277,6 +277,7 @@ class DumpRunner:
         t0 = time.monotonic()
         try:
             lw, hw = self.state.wait_window(window, timeout_s or self.config.window_timeout_s)
+            hw_wait = time.monotonic() - t0
         except Exception as e:
             self.state.close_window(window, "failed", {"error": f"{type(e).__name__}: {e}"})
             raise
@@ -301,7 +302,9 @@ class DumpRunner:
         progress["updated_at"] = time.time()
         detail = {"rows": result.kept, "dropped": result.dropped, "selected": result.selected,
                   "missing": len(result.missing), "window_events": in_window.num_rows,
-                  "lw": lw.encode(), "hw": hw.encode(), "wait_s": round(time.monotonic() - t0, 3)}
+                  "lw": lw.encode(), "hw": hw.encode(),
+                  # hw_wait_s: until the tail had the HW durable; finish_s: all of this step
+                  "hw_wait_s": round(hw_wait, 3), "finish_s": round(time.monotonic() - t0, 3)}
         self.state.complete_chunk(task.request, task.table, progress, window, detail)
         self.store.remove_chunk(task.request, task.table, window.id)
         log.info("%s chunk %d: %d rows selected, %d kept, %d dropped as stale, %d window events",

@@ -39,7 +39,7 @@ class DBLogReconcileOperator(BaseOperator):
         before this task); default: the config's ``dump.window_timeout_s``.
 
     Returns (XCom) the chunk's detail: ``rows`` kept, ``dropped`` as stale, ``selected``,
-    ``missing`` keys, ``window_events``, ``lw``, ``hw``, ``wait_s``, and ``request``,
+    ``missing`` keys, ``window_events``, ``lw``, ``hw``, ``hw_wait_s``, ``finish_s``, and ``request``,
     ``table``, ``table_done``, ``request_done``. If the window is no longer open (closed as
     failed, or abandoned by a newer run of the request) nothing moves: the task fails with
     DBLogWindowFailed and the next chunk task redoes the chunk. Any other failure leaves the

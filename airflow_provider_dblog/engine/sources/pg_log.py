@@ -198,7 +198,7 @@ class PgLog:
 
     def read(self, start_lsn: int, should_stop: Callable[[], bool],
              idle_s: float) -> Iterator[LogItem]:
-        from .postgres import int_to_lsn
+        from .postgres import int_to_lsn, text_converter
         src = self.source
         slot = self._slot()
         if slot is None:
@@ -264,19 +264,22 @@ class PgLog:
                     if table in schemas:
                         self._check_relation(m, schemas[table], natives[table])
                     if table in schemas or table == src.watermark_table:
-                        relations[m.oid] = (table, m)
+                        # each column's text converter, built once per Relation message
+                        convs = ([text_converter(natives[table][c.name]) for c in m.columns]
+                                 if table in schemas else [])
+                        relations[m.oid] = (table, m, convs)
                 elif isinstance(m, (Insert, Update, Delete)):
                     if m.relation_oid not in relations:
                         continue   # a table we do not capture (a shared publication)
-                    table, rel = relations[m.relation_oid]
+                    table, rel, convs = relations[m.relation_oid]
                     if table == src.watermark_table:
                         if not isinstance(m, Delete):
                             value = _tuple_text(rel, m.new).get("value") or ""
                             yield WatermarkSeen(value.strip(), Position(0, commit_lsn, seq))
                             seq += 1
                         continue
-                    for op, key, before, after in self._changes(m, rel, schemas[table],
-                                                                natives[table], commit_lsn):
+                    for op, key, before, after in self._changes(m, rel, schemas[table], convs,
+                                                                commit_lsn):
                         yield RowChange(Event(table, op, key, before, after,
                                               Position(0, commit_lsn, seq), ts))
                         seq += 1
@@ -313,14 +316,25 @@ class PgLog:
                 f"{schema.qualified} changed (ALTER TABLE?): {problem}; update the capture's "
                 "schema (restart the tail) and re-dump the table")
 
-    def _changes(self, m, rel: Relation, schema, native: dict, commit_lsn: int):
-        """(op, key, before, after) for one Insert/Update/Delete message."""
-        from .postgres import from_text, int_to_lsn
+    def _changes(self, m, rel: Relation, schema, convs: list, commit_lsn: int):
+        """(op, key, before, after) for one Insert/Update/Delete message; ``convs``: the
+        relation's column converters (postgres.text_converter)."""
+        from .postgres import int_to_lsn
 
         def row(tup, old: dict | None = None) -> dict:
             out = {}
-            for col, (kind, raw) in zip(rel.columns, tup):
-                if kind == "u":   # unchanged TOAST: not sent, take it from the old row
+            for col, conv, (kind, raw) in zip(rel.columns, convs, tup):
+                try:
+                    if kind == "t":   # the common case first: a text value
+                        out[col.name] = conv(raw.decode("utf-8"))
+                        continue
+                except (TypeError, ValueError) as e:
+                    raise SchemaChangedError(
+                        f"{schema.qualified}.{col.name}: {e}; the column's type changed (ALTER "
+                        "TABLE?): update the capture's schema and re-dump the table") from None
+                if kind == "n":
+                    out[col.name] = None
+                elif kind == "u":   # unchanged TOAST: not sent, take it from the old row
                     if old is None:
                         raise SchemaChangedError(
                             f"{schema.qualified}.{col.name}: an UPDATE at LSN {int_to_lsn(commit_lsn)} "
@@ -328,16 +342,9 @@ class PgLog:
                             f"was logged: ALTER TABLE {schema.qualified} REPLICA IDENTITY FULL, "
                             "then re-dump the table")
                     out[col.name] = old[col.name]
-                    continue
-                if kind == "b":
-                    raise DBLogError("pgoutput sent a binary value; the tail reads text values")
-                try:
-                    out[col.name] = from_text(native[col.name],
-                                              None if kind == "n" else raw.decode("utf-8"))
-                except (TypeError, ValueError) as e:
-                    raise SchemaChangedError(
-                        f"{schema.qualified}.{col.name}: {e}; the column's type changed (ALTER "
-                        "TABLE?): update the capture's schema and re-dump the table") from None
+                else:
+                    raise DBLogError(f"pgoutput sent a value of kind {kind!r} (binary?); the tail "
+                                     "reads text values")
             return out
 
         if isinstance(m, Insert):

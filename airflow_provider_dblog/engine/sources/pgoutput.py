@@ -503,18 +503,26 @@ def parse_array(text: str, element: Callable[[str], Any] = str) -> list:
     return result
 
 
+def _as_is(text: str) -> str:
+    return text
+
+
+def converter_for(type_oid: int) -> Callable[[str], Any]:
+    """``convert`` for one type OID, looked up once (for a column's every value)."""
+    fn = _SCALAR.get(type_oid)
+    if fn is not None:
+        return fn
+    elem = ARRAY_ELEMENT.get(type_oid)
+    if elem is not None:
+        element = _SCALAR[elem]
+        return lambda text: parse_array(text, element)
+    return _as_is
+
+
 def convert(type_oid: int, text: Optional[str]) -> Any:
     """A value in PostgreSQL's text output format, converted by its type OID.
     None stays None; an unknown OID returns the text as is."""
-    if text is None:
-        return None
-    fn = _SCALAR.get(type_oid)
-    if fn is not None:
-        return fn(text)
-    elem = ARRAY_ELEMENT.get(type_oid)
-    if elem is not None:
-        return parse_array(text, _SCALAR[elem])
-    return text
+    return None if text is None else converter_for(type_oid)(text)
 
 
 # -- relations ------------------------------------------------------------------------

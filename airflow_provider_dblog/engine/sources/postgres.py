@@ -293,16 +293,29 @@ def to_logical(n: NativeColumn, value: Any) -> Any:
     raise TypeError(f"no conversion to {t}")
 
 
+def text_converter(n: NativeColumn) -> Callable[[str], Any]:
+    """The function turning a value in PostgreSQL's text output (pgoutput's tuple data)
+    into the column's logical Python value: the same value ``select_keys`` reads for it.
+    Columns read through ``::text`` keep the text; the others are parsed by their base
+    type. Built once per column, not per value: the tail calls it for every value."""
+    from . import pgoutput as po
+
+    if n.logical in ("string", "json") and _needs_expr(n):
+        return str
+    parse = po.converter_for(n.type_oid)
+    # these parsers always return exactly the logical type (and the tail checks every
+    # Relation's type OIDs against the captured schema): no per-value to_logical
+    exact = {"int16": (po.INT2,), "int32": (po.INT4,), "int64": (po.INT8,), "bool": (po.BOOL,),
+             "string": (po.TEXT, po.VARCHAR, po.BPCHAR, po.NAME), "binary": (po.BYTEA,),
+             "date": (po.DATE,), "timestamp": (po.TIMESTAMP,)}
+    if n.type_oid in exact.get(n.logical, ()) or n.logical.startswith("decimal(") and n.type_oid == po.NUMERIC:
+        return parse
+    return lambda text: to_logical(n, parse(text))
+
+
 def from_text(n: NativeColumn, text: str | None) -> Any:
-    """A value in PostgreSQL's text output (pgoutput's tuple data) as the column's
-    logical Python value: the same value ``select_keys`` reads for it. Columns read
-    through ``::text`` keep the text; the others are parsed by their base type."""
-    if text is None:
-        return None
-    if n.logical in ("string", "json") and select_expr(n) != quote_ident(n.name):
-        return text
-    from .pgoutput import convert
-    return to_logical(n, convert(n.type_oid, text))
+    """One value of ``text_converter``; None stays None."""
+    return None if text is None else text_converter(n)(text)
 
 
 # -- set-up checks (pure, so they can be unit-tested) -------------------------
