@@ -108,12 +108,10 @@ def cmd_flag(cfg: Config, args) -> int:
 
 
 def cmd_apply(cfg: Config, args) -> int:
-    from .engine.jobs import run_spark_job
-    target = cfg.target(args.target)
-    job_args = ["--config", cfg.path, "--target", target.name]
-    if args.tables:
-        job_args += ["--tables", args.tables]
-    print(json.dumps(run_spark_job(cfg, "apply_job", job_args), indent=2, default=str))
+    """In-process up to ``apply.local_max_events`` events (engine/apply.py), else on Spark."""
+    from .engine.apply import apply_run
+    result = apply_run(cfg, args.target, args.tables, getattr(args, "via", "auto") or "auto")
+    print(json.dumps(result, indent=2, default=str))
     return 0
 
 
@@ -189,9 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
         f = sub.add_parser(name, help=f"{name} a dump request")
         f.add_argument("request")
         f.set_defaults(func=cmd_flag, flag=flag, flag_on=on)
-    a = sub.add_parser("apply", help="apply the event log to a target (runs on Spark)")
+    a = sub.add_parser("apply", help="apply the event log to a target (in-process when small, else on Spark)")
     a.add_argument("--target")
     a.add_argument("--tables", help="comma-separated db.table list (default: all)")
+    a.add_argument("--via", choices=("auto", "local", "spark"), default="auto",
+                   help="auto (default): in-process up to apply.local_max_events events, else Spark")
     a.set_defaults(func=cmd_apply)
     sub.add_parser("status", help="positions, lag, windows, dump progress").set_defaults(func=cmd_status)
     m = sub.add_parser("demo", help="seed, write concurrently, tail + dump + apply, verify")

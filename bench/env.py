@@ -17,7 +17,7 @@ import psycopg2
 import yaml
 
 from airflow_provider_dblog.engine.config import load_config
-from airflow_provider_dblog.engine.jobs import job_env, parse_result, spark_submit_args
+from airflow_provider_dblog.engine.jobs import job_env, parse_result, spark_preexec, spark_submit_args
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.state import RedisState
 from airflow_provider_dblog.engine.store import EventStore
@@ -35,7 +35,8 @@ class Env:
     """A config as a deployment would have it (the demo's settings unless overridden)."""
 
     def __init__(self, src: BenchSource, name: str, tables: list[str], workdir: Path,
-                 dump: dict | None = None, tail: dict | None = None, target: bool = False):
+                 dump: dict | None = None, tail: dict | None = None, target: bool = False,
+                 spark: dict | None = None):
         self.src, self.name = src, name
         self.dir = workdir / name
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -45,7 +46,7 @@ class Env:
             "sources": {"src": src.source_config(tables, random.randint(10_000, 4_000_000), self.wm)},
             "state": {"redis_url": REDIS_URL, "prefix": f"bench_{src.run_id}_{name}"},
             "storage": {"root": str(self.dir / "storage")},
-            "spark": {"master": "local[2]"},
+            "spark": {"master": "local[2]"} | (spark or {}),
             # demo.yaml's settings: what a user starts with
             "dump": {"chunk_size": 100_000, "parallelism": 4, "window_timeout_s": 300} | (dump or {}),
             "tail": {"flush_events": 20_000, "flush_seconds": 0.5} | (tail or {}),
@@ -125,7 +126,8 @@ def run_bench_app(env: Env, app: str, args: list[str], timeout_s: float = 3600) 
     jobs (same jars, conf, driver memory, environment): both pay the same JVM start."""
     cmd = spark_submit_args(env.cfg, str(JOBS / f"{app}.py"), args)
     t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=job_env(), timeout=timeout_s)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=job_env(), timeout=timeout_s,
+                       preexec_fn=spark_preexec(env.cfg))
     secs = time.monotonic() - t0
     (env.dir / f"{app}.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
     res = parse_result(p.stdout.splitlines())

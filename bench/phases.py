@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+from airflow_provider_dblog.engine.apply import apply_run
 from airflow_provider_dblog.engine.dump import DumpRunner, DumpSpec
 from airflow_provider_dblog.engine.jobs import run_spark_job
 from airflow_provider_dblog.engine.positions import Position
@@ -40,7 +41,8 @@ def _dump_job(env: Env, rid: str) -> dict:
 # -- 1. dump throughput ---------------------------------------------------------
 def dump(a, src, workdir: Path) -> dict:
     q = src.qualified(a.table)
-    env = Env(src, "dump", [a.table], workdir, dump={"chunk_size": a.chunk_size, "parallelism": a.parallelism})
+    env = Env(src, "dump", [a.table], workdir, dump={"chunk_size": a.chunk_size, "parallelism": a.parallelism},
+              spark={"nice": a.spark_nice})
     tail = None
     try:
         tail = TailProcess(env)  # windows close only when the tail has seen the HW
@@ -164,7 +166,8 @@ def lag(a, src, workdir: Path) -> dict:
     to Redis happens only after the segment is durable) minus when the writer saw the
     statement return. Both are wall clocks of this machine, so no clock skew."""
     q = src.qualified(a.table)
-    env = Env(src, "lag", [a.table], workdir, dump={"chunk_size": a.chunk_size, "parallelism": a.parallelism})
+    env = Env(src, "lag", [a.table], workdir, dump={"chunk_size": a.chunk_size, "parallelism": a.parallelism},
+              spark={"nice": a.spark_nice})
     tail = None
     writer = Writer(src, a.table, a.write_rate, a.rows + 1_000_000, a.rows, env.dir / "writes.json")
     try:
@@ -243,7 +246,7 @@ def fresh(a, src, workdir: Path) -> dict:
     q = src.qualified(table)
     src.create_table(table)
     src.seed(table, a.fresh_rows)
-    env = Env(src, "fresh", [table], workdir, target=True)
+    env = Env(src, "fresh", [table], workdir, target=True, spark={"nice": a.spark_nice})
     tail = None
     writer = Writer(src, table, a.write_rate, a.fresh_rows + 1, a.fresh_rows, env.dir / "writes.json")
     from airflow_provider_dblog.engine.targets.postgres import PostgresTarget
@@ -277,8 +280,8 @@ def fresh(a, src, workdir: Path) -> dict:
                 raise RuntimeError(f"dblog_apply__tgt failed:\n{out[-3000:]}")
             return {"submit_seconds": round(time.monotonic() - t, 3)}
     else:
-        def apply_once() -> dict:
-            return run_spark_job(env.cfg, "apply_job", ["--config", str(env.path), "--target", "tgt"])
+        def apply_once() -> dict:  # what `dblog apply` does: in-process or on Spark by batch size
+            return apply_run(env.cfg, "tgt", via=a.apply_via)
     try:
         tail = TailProcess(env)
         writer.start()
@@ -289,8 +292,10 @@ def fresh(a, src, workdir: Path) -> dict:
             r = apply_once()
             runs.append({"start": t0, "end": time.time(), "submit_s": r.get("submit_seconds"),
                          "spark_start_s": r.get("spark_start_s"), "events": r.get("events"),
-                         "table": r.get("tables", {}).get(q)})
+                         "via": r.get("via"), "table": r.get("tables", {}).get(q)})
             log.info("fresh: apply run %d: %s events in %.1fs", i + 1, r.get("events"), time.time() - t0)
+            # a scheduled apply: the next run starts --apply-interval after this one started
+            time.sleep(max(0.0, t0 + a.apply_interval - time.time()))
         writes = writer.finish()
         time.sleep(0.3)
     except BaseException:
@@ -326,7 +331,8 @@ def fresh(a, src, workdir: Path) -> dict:
     return {"apply_runs": runs, "writes_measured": len(vals), "not_applied": sum(v is None for v in vals),
             "freshness_s": summary(vals),
             "via": ("the dblog_apply__tgt DAG (airflow dags test)" if a.fresh_via == "airflow"
-                    else "engine apply_job (spark-submit)") + ", back to back",
+                    else f"dblog apply --via {a.apply_via}")
+                   + (f", one run every {a.apply_interval:g} s" if a.apply_interval else ", back to back"),
             # on the default */2 min schedule a write also waits for the next slot: up to
             # 120 s more (60 s on average) than back to back
             "todo": "the scheduled case (apply_schedule */2 min under a running scheduler) is "

@@ -31,9 +31,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--write-rate", type=float, default=200, help="application writes per second")
     p.add_argument("--baseline-seconds", type=float, default=60, help="writes without a dump")
     p.add_argument("--fresh-rows", type=int, default=10_000)
-    p.add_argument("--apply-runs", type=int, default=3)
+    p.add_argument("--apply-runs", type=int, default=6)
     p.add_argument("--fresh-via", choices=("engine", "airflow"), default="engine",
                    help="apply through the engine's apply_job or the provider's apply DAG")
+    p.add_argument("--spark-nice", type=int, default=0,
+                   help="the config's spark.nice (0-19) for every Spark job, ours and the baseline's")
+    p.add_argument("--apply-interval", type=float, default=10.0,
+                   help="seconds from one apply run's start to the next's (0: back to back)")
+    p.add_argument("--apply-via", choices=("auto", "local", "spark"), default="auto",
+                   help="the engine's apply path for --fresh-via engine (auto: by batch size)")
     p.add_argument("--profile-chunks", type=int, default=5)
     p.add_argument("--no-profile", dest="profile", action="store_false")
     p.add_argument("--keep", action="store_true", help="keep storage and logs under --out/work")

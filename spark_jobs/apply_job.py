@@ -12,12 +12,16 @@ PostgresTarget.merge_from_stage merges it and moves the checkpoint to the
 frontier in one transaction. Batches follow each other in position order, so a
 delete is never undone by an older snapshot, and a replayed batch changes nothing.
 
+The batch planning is airflow_provider_dblog.engine.apply's, shared with the local
+(in-process) applier that takes small batches: the ``dblog apply`` command and
+DBLogApplyOperator only spark-submit this job when a run holds more events than
+``apply.local_max_events``.
+
 Prints ``DBLOG_RESULT {per-table counts}``; exits 1 with ``DBLOG_ERROR <message>``.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import posixpath
 import sys
@@ -29,6 +33,13 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(1, _ROOT)
 
+from airflow_provider_dblog.engine.apply import (  # noqa: E402
+    SPARK,
+    load_schemas,
+    plan_table,
+    resolve_tables,
+    run_result,
+)
 from spark_jobs.common import event_spark_schema, load, run_job, spark_session  # noqa: E402
 
 log = logging.getLogger("dblog.apply")
@@ -44,25 +55,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def load_schemas(args, scfg, tables: list[str]) -> dict:
-    from airflow_provider_dblog.engine.schema import TableSchema
-
-    if args.schema_file:
-        with open(args.schema_file) as f:
-            raw = json.load(f)
-        missing = [t for t in tables if t not in raw]
-        if missing:
-            raise ValueError(f"{args.schema_file} has no schema for {missing}")
-        return {t: TableSchema.from_dict(raw[t]) for t in tables}
-    from airflow_provider_dblog.engine.sources import open_source
-
-    source = open_source(scfg)
-    try:
-        return {t: source.table_schema(t) for t in tables}
-    finally:
-        source.close()
-
-
 def read_events(spark, schema, uris: list[str], lo: str, hi: str):
     """The table's events with ``lo <= pos < hi`` from its Parquet files (typed by the schema:
     a file whose columns do not match fails the job instead of being misread)."""
@@ -70,19 +62,6 @@ def read_events(spark, schema, uris: list[str], lo: str, hi: str):
 
     return (spark.read.schema(event_spark_schema(schema)).parquet(*uris)
             .where((F.col("pos") >= F.lit(lo)) & (F.col("pos") < F.lit(hi))))
-
-
-def events_in_range(store, files: list[str], lo: str, hi: str) -> int:
-    """How many events the batch holds: read on the driver from the files' ``pos`` column
-    alone (small, and no Spark job for it). A replayed flush's events count twice."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    n = 0
-    for f in files:
-        pos = pq.read_table(f, columns=["pos"], filesystem=store.fs)["pos"]
-        n += pc.sum(pc.and_(pc.greater_equal(pos, lo), pc.less(pos, hi)).cast("int64")).as_py() or 0
-    return n
 
 
 class Applier:
@@ -115,32 +94,11 @@ class Applier:
 
         from airflow_provider_dblog.engine.targets import stage_table_name
 
-        t0 = time.monotonic()
-        table = schema.qualified
-        if self.target.ensure_table(schema) and self.target.applied_pos(self.source_name, schema) is not None:
-            # the target table was dropped (by hand): its checkpoint no longer says anything
-            log.warning("%s: target table was recreated; re-applying from the start of the log", table)
-            self.target.reset_applied(self.source_name, schema)
-        applied = self.target.applied_pos(self.source_name, schema)
-        frontier = self.state.frontier()
-        out = {"from": applied.encode() if applied else None,
-               "to": frontier.encode() if frontier else None,
-               "files": 0, "events": 0, "rows": 0, "inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
-        if frontier is None:
-            return out | {"status": "no_frontier", "seconds": round(time.monotonic() - t0, 3)}
-        if applied is not None and frontier <= applied:
-            return out | {"status": "up_to_date", "seconds": round(time.monotonic() - t0, 3)}
-        files = self.store.files_for_range(table, applied, frontier)
-        out["files"] = len(files)
-        if not files:
-            self.target.advance_applied(self.source_name, schema, frontier)
-            return out | {"status": "empty", "seconds": round(time.monotonic() - t0, 3)}
-
-        lo, hi = (applied.encode() if applied else ""), frontier.encode()
-        out["events"] = events_in_range(self.store, files, lo, hi)
-        if out["events"] == 0:
-            self.target.advance_applied(self.source_name, schema, frontier)
-            return out | {"status": "empty", "seconds": round(time.monotonic() - t0, 3)}
+        batch = plan_table(self.target, self.store, self.state, self.source_name, schema)
+        if batch.result is not None:
+            return batch.result | {"via": SPARK}
+        out, table, files, lo, hi, frontier = (batch.out, schema.qualified, batch.files, batch.lo,
+                                               batch.hi, batch.frontier)
         self.spark  # noqa: B018 - start the session outside the batch's timings
         t0 = time.monotonic()
         uris = self.file_uris(table, files)
@@ -175,7 +133,7 @@ class Applier:
         out.update(inserted=res.inserted, updated=res.updated, deleted=res.deleted, stale=res.stale,
                    status="applied", seconds=round(secs, 3),
                    stage_s=round(t_stage, 3), merge_s=round(t_merge, 3),
-                   rows_per_s=round(out["events"] / secs, 1) if secs > 0 else None)
+                   rows_per_s=round(out["events"] / secs, 1) if secs > 0 else None, via=SPARK)
         log.info("%s: applied %s", table, out)
         return out
 
@@ -192,9 +150,8 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = load(args.config)
     tcfg = cfg.target(args.target)
     scfg = cfg.source(tcfg.source)
-    tables = ([scfg.table(t.strip()) for t in args.tables.split(",") if t.strip()]
-              if args.tables else list(scfg.tables))
-    schemas = load_schemas(args, scfg, tables)
+    tables = resolve_tables(scfg, args.tables)
+    schemas = load_schemas(scfg, tables, args.schema_file)
     state = RedisState(cfg.redis_url, cfg.state_prefix, scfg.name)
     store = EventStore(cfg.storage_root, scfg.name)
     target = open_target(tcfg)
@@ -208,13 +165,8 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         applier.stop()
         target.close()
-    total = lambda k: sum(r.get(k, 0) for r in results.values())  # noqa: E731
-    return {"target": tcfg.name, "source": scfg.name, "run_id": applier.run_id, "tables": results,
-            "spark_start_s": applier.spark_start_s,
-            "events": total("events"), "inserted": total("inserted"), "updated": total("updated"),
-            "deleted": total("deleted"), "changed": [t for t, r in results.items()
-                                                     if r.get("inserted") or r.get("updated") or r.get("deleted")],
-            "seconds": round(time.monotonic() - started, 3)}
+    return run_result(tcfg, scfg, applier.run_id, results, started, SPARK,
+                      spark_start_s=applier.spark_start_s)
 
 
 if __name__ == "__main__":

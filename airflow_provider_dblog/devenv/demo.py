@@ -19,6 +19,7 @@ import threading
 import time
 
 from ..engine.config import Config, SourceConfig, TargetConfig
+from ..engine.apply import apply_run
 from ..engine.jobs import run_spark_job
 from ..engine.sources import open_source
 from ..engine.state import RedisState
@@ -176,7 +177,8 @@ class EngineFlow:
         return rid
 
     def apply(self) -> None:
-        run_spark_job(self.cfg, "apply_job", ["--config", self.cfg.path, "--target", self.tgt.name])
+        # in-process for the log's trickle, on Spark for a dump's snapshot (apply.local_max_events)
+        apply_run(self.cfg, self.tgt.name)
 
 
 class AirflowFlow:

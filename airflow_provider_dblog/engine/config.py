@@ -160,6 +160,19 @@ class TailConfig:
 
 
 @dataclass(frozen=True)
+class ApplyConfig:
+    # an apply run whose tables hold at most this many events to apply runs in-process
+    # (pyarrow + COPY, about a second) instead of spark-submit (tens of seconds of start-up);
+    # 0: always on Spark
+    local_max_events: int = 200_000
+
+    def __post_init__(self) -> None:
+        v = self.local_max_events
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"apply.local_max_events must be an integer >= 0 (0: always Spark), not {v!r}")
+
+
+@dataclass(frozen=True)
 class Config:
     sources: dict[str, SourceConfig]
     targets: dict[str, TargetConfig]
@@ -170,6 +183,7 @@ class Config:
     dump: DumpConfig
     tail: TailConfig
     path: str = ""
+    apply: ApplyConfig = field(default_factory=ApplyConfig)
 
     def source(self, name: str | None = None) -> SourceConfig:
         if name is None:
@@ -276,7 +290,8 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
         state_prefix=str(state.get("prefix", "dblog")), storage_root=root,
         spark=_section(SparkConfig, raw.get("spark"), "spark"),
         dump=_section(DumpConfig, raw.get("dump"), "dump"),
-        tail=_section(TailConfig, raw.get("tail"), "tail"), path=path)
+        tail=_section(TailConfig, raw.get("tail"), "tail"), path=path,
+        apply=_section(ApplyConfig, raw.get("apply"), "apply"))
 
 
 def load_config(path: str | os.PathLike, env: Mapping[str, str] | None = None) -> Config:

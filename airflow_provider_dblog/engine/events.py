@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .positions import Position
 from .schema import TableSchema
@@ -48,6 +49,53 @@ def encode_key(values: Sequence[Any]) -> str:
     return json.dumps([_canonical(v) for v in values], separators=(",", ":"))
 
 
+# JSON needs no escaping for printable ASCII other than '"' and '\\'
+_PLAIN_TEXT = r'^[\x20\x21\x23-\x5b\x5d-\x7e]*$'
+
+
+def _key_part_fast(col: pa.Array) -> pa.Array | None:
+    """One key column as its canonical JSON text, computed in Arrow, or None when only
+    the per-value path is exact (floats, decimals, times, bytes, escapes, nulls)."""
+    if col.null_count:
+        return None
+    if pa.types.is_integer(col.type):
+        return pc.cast(col, pa.string())
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        col = pc.cast(col, pa.string())
+        if len(col) and not pc.all(pc.match_substring_regex(col, _PLAIN_TEXT)).as_py():
+            return None
+        return pc.binary_join_element_wise('"', col, '"', "")
+    return None
+
+
+def encode_key_array(columns: Sequence[pa.Array]) -> pa.Array:
+    """``encode_key`` of every row of the key columns, as one string array.
+
+    Integer and plain-ASCII text keys (nearly every primary key) are encoded in
+    Arrow; a dump chunk of 100k rows would otherwise spend seconds in Python here.
+    """
+    columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    parts = [_key_part_fast(c) for c in columns]
+    if columns and all(p is not None for p in parts):
+        return pc.binary_join_element_wise("[", *_interleave(parts, ","), "]", "")
+    return pa.array([encode_key(vals) for vals in zip(*(c.to_pylist() for c in columns))], pa.string())
+
+
+def _interleave(parts: list[pa.Array], sep: str) -> list:
+    out: list = []
+    for i, p in enumerate(parts):
+        out += [sep, p] if i else [p]
+    return out
+
+
+def position_range(start: Position, n: int) -> pa.Array:
+    """The encoded positions start, start+1, ... (in seq), n of them."""
+    if n and start.seq + n - 1 >= 16 ** 8:
+        raise ValueError(f"position {tuple(start)} + {n} does not fit its encoding")
+    prefix = start.encode()[:-8]
+    return pa.array([prefix + format(s, "08x") for s in range(start.seq, start.seq + n)], pa.string())
+
+
 @dataclass(frozen=True)
 class Event:
     table: str  # "db.table"
@@ -78,16 +126,44 @@ def event_arrow_schema(table: TableSchema) -> pa.Schema:
 
 
 def events_to_arrow(table: TableSchema, events: Iterable[Event]) -> pa.Table:
-    events = list(events)
+    events = events if isinstance(events, list) else list(events)
+    schema = event_arrow_schema(table)
+    keys = [e.key for e in events]
+    key = None
+    key_types = [table.column(k).arrow_type for k in table.key]
+    fast = {t: (int if pa.types.is_integer(t) else str if pa.types.is_string(t) else None)
+            for t in key_types}
+    if events and all(fast[t] is not None for t in key_types) and all(len(k) == len(key_types) for k in keys):
+        # nearly every primary key: exact ints or text, encoded in Arrow
+        # (encode_key_array itself falls back to encode_key for text that needs escaping)
+        cols = [[k[i] for k in keys] for i in range(len(key_types))]
+        if all(all(v.__class__ is fast[t] for v in c) for c, t in zip(cols, key_types)):
+            try:
+                key = encode_key_array([pa.array(c, t) for c, t in zip(cols, key_types)])
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                key = None
+    if key is None:
+        key = [encode_key(k) for k in keys]
+    # positions: one prefix per rows event (log, offset), the seq appended
+    pos = []
+    last_lo = prefix = None
+    for e in events:
+        p = e.pos
+        lo = (p[0], p[1])
+        if lo != last_lo:
+            prefix = Position(p[0], p[1], 0).encode()[:-8]
+            last_lo = lo
+        s = p[2]
+        pos.append(prefix + format(s, "08x") if 0 <= s < 0x100000000 else p.encode())
     return pa.Table.from_pydict({
         "table": [e.table for e in events],
         "op": [e.op for e in events],
-        "key": [encode_key(e.key) for e in events],
+        "key": key,
         "before": [e.before for e in events],
         "after": [e.after for e in events],
-        "pos": [e.pos.encode() for e in events],
+        "pos": pos,
         "source_ts": [e.source_ts for e in events],
-    }, schema=event_arrow_schema(table))
+    }, schema=schema)
 
 
 def events_from_arrow(table: TableSchema, data: pa.Table) -> list[Event]:

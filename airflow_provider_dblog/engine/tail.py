@@ -15,6 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
+import pyarrow as pa
+
 from .config import TailConfig
 from .events import Event
 from .positions import Position
@@ -45,6 +47,9 @@ class Tail:
         self.source, self.state, self.store, self.config = source, state, store, config
         self.owner = (owner or f"{socket.gethostname()}:{os.getpid()}").replace("|", "_")
         self.schemas: dict[str, TableSchema] = {t: source.table_schema(t) for t in source.tables}
+        # pyarrow imports pandas the first time it converts a Python list (~0.4 s on a
+        # small VM): pay that once here rather than inside the first flush
+        pa.array([0])
 
     def run(self, max_seconds: float | None = None, max_events: int | None = None,
             should_stop: Callable[[], bool] | None = None) -> TailStats:
@@ -113,7 +118,7 @@ class Tail:
         pending_marks: list[tuple[str, Position]] = []
         stop = False
         for item in self.source.read_log(resume, lambda: stop or out_of_budget()):
-            if isinstance(item, RowChange):
+            if item.__class__ is RowChange or isinstance(item, RowChange):
                 pending.append(item.event)
                 continue
             if isinstance(item, WatermarkSeen):

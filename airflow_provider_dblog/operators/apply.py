@@ -1,4 +1,5 @@
-"""DBLogApplyOperator: apply the final part of the event log to a target, on Spark, with Assets."""
+"""DBLogApplyOperator: apply the final part of the event log to a target (in-process when the
+batch is small, else on Spark), with Assets."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ import yaml
 from airflow.sdk.observability.stats import Stats
 
 from ..assets import table_asset
+from ..engine.apply import LOCAL, apply_local, decide
 from ..engine.errors import ConfigError, UnknownTableError
 from ..exceptions import DBLogInvalidRequest
 from ..hooks.dblog import CONFIG_ENV, DBLogHook
@@ -53,12 +55,21 @@ def target_tables_at_parse(config_path: str | None, target: str | None = None,
 
 
 class DBLogApplyOperator(DBLogSparkSubmitOperator):
-    """Apply the event log to a target: ``spark_jobs/apply_job.py`` via ``spark-submit``.
+    """Apply the event log to a target: in-process when small, else ``spark_jobs/apply_job.py``
+    via ``spark-submit``.
 
     For each table, the events between the target's apply checkpoint and the frontier
     (the tail's checkpoint, held back by open dump windows) are reduced to the latest per
     key and merged into the target in one transaction that also moves the checkpoint; a
     replayed batch changes nothing.
+
+    The run first counts the events waiting in its tables: up to the config's
+    ``apply.local_max_events`` it applies them in the task's own process
+    (:mod:`airflow_provider_dblog.engine.apply`: pyarrow, ``COPY``, the same merge), with
+    no Spark start-up; above it (or with ``local_max_events: 0``) it is the
+    ``SparkSubmitOperator`` run, unchanged. The result, the XCom and the asset events
+    are the same either way; the result's ``via`` says which ran. The Spark connection
+    is checked on every run, so a large batch can always fall back to Spark.
 
     Its ``outlets`` are the per-table Assets ``dblog://<source>/<db>/<table>``
     (:func:`~airflow_provider_dblog.assets.table_asset`) of every table it applies,
@@ -105,6 +116,22 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
             return tcfg, scfg, [scfg.table(t) for t in _table_list(self.tables)]
         except (ConfigError, UnknownTableError) as e:
             raise DBLogInvalidRequest(str(e)) from e
+
+    def execute(self, context: Context) -> Any:
+        self._hook = None
+        self.check_spark_connection()  # the fallback must work whatever this run's size
+        hook = self.dblog_hook()
+        tcfg, scfg, tables = self._target(hook)
+        cfg = hook.config
+        decided = decide(cfg, tcfg.name, tables or None)
+        if decided["via"] == LOCAL:
+            self.log.info("%s events to apply (apply.local_max_events %s): applying in-process",
+                          decided["pending_events"], decided["local_max_events"])
+            more = {k: v for k, v in decided.items() if k != "via"}
+            return self.handle_result(apply_local(cfg, tcfg.name, tables or None, **more), hook, context)
+        self.log.info("more than apply.local_max_events (%s) events to apply: spark-submit %s",
+                      decided["local_max_events"], self.job)
+        return super().execute(context)
 
     def job_arguments(self, hook: DBLogHook, context: Context) -> list[str]:
         tcfg, scfg, tables = self._target(hook)

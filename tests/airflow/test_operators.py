@@ -330,8 +330,16 @@ def fake_spark_submit(tmp_path, monkeypatch):
     return mode
 
 
+def spark_only(s) -> None:
+    """``apply: {local_max_events: 0}``: DBLogApplyOperator always takes the Spark path."""
+    import yaml
+    raw = yaml.safe_load(s.path.read_text())
+    s.path.write_text(yaml.safe_dump(raw | {"apply": {"local_max_events": 0}}))
+
+
 def test_spark_job_error_line_becomes_the_task_error(dblog_setup, context, fake_spark_submit):
     s = dblog_setup(ITEMS)
+    spark_only(s)
     fake_spark_submit("fail")
     from airflow_provider_dblog.engine.jobs import SparkJobError
     with pytest.raises(SparkJobError, match="apply_job failed: WindowTimeoutError: window w1") as err:
@@ -374,6 +382,7 @@ def test_spark_nice_lowers_only_the_spark_submit_process(dblog_setup, context, f
 
 def test_apply_result_through_the_spark_provider(dblog_setup, context, fake_spark_submit):
     s = dblog_setup(ITEMS)
+    spark_only(s)
     (table,) = s.tables
     result = {"target": "tgt", "tables": {table: {"status": "applied", "events": 7, "inserted": 3,
                                                    "updated": 2, "deleted": 1, "to": "0000000c-0000000000000010-00000000"}}}
@@ -432,6 +441,61 @@ def test_dump_result_becomes_progress_and_metrics(dblog_setup, context, monkeypa
     state.set_request_status(rid, "cancelled")
     with pytest.raises(AirflowSkipException):
         op.handle_result(result | {"status": "cancelled"}, hook, context)
+
+
+def test_small_apply_runs_in_process_with_the_same_result_and_assets(dblog_setup, context, fake_spark_submit):
+    """Below apply.local_max_events no spark-submit runs (the fake one would fail the task):
+    the rows land, the XCom has the Spark job's shape, the asset event's extra is the same."""
+    from airflow_provider_dblog.engine.sources import open_source
+    from airflow_provider_dblog.engine.store import EventStore
+    from airflow_provider_dblog.engine.tail import Tail
+
+    s = dblog_setup(ITEMS)
+    (table,) = s.tables
+    fake_spark_submit("fail")
+    cfg = s.config
+    state = s.state()
+    stop, errors = threading.Event(), []
+
+    def tail():
+        try:
+            Tail(open_source(cfg.source()), state, EventStore(cfg.storage_root, "src"), cfg.tail).run(
+                should_stop=stop.is_set)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+    thread = threading.Thread(target=tail, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while state.checkpoint() is None:
+            assert time.monotonic() < deadline and not errors, errors
+            time.sleep(0.05)
+        for i in range(30):
+            s.execute("INSERT INTO items VALUES (%s, %s)", (i, f"v{i} é"))
+        s.execute("UPDATE items SET v = 'new' WHERE id = 3")
+        s.execute("DELETE FROM items WHERE id = 4")
+        source = s.source()
+        head, _ = source.current_resume()
+        source.close()
+        while state.checkpoint().pos < head:
+            assert time.monotonic() < deadline + 30 and not errors, errors
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(30)
+    result = DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(context)
+    r = result["tables"][table]
+    assert result["via"] == "local" and r["via"] == "local" and result["pending_events"] == 32
+    assert r["status"] == "applied" and r["events"] == 32 and r["inserted"] == 29 and r["deleted"] == 0
+    assert result["changed"] == [table] and result["target"] == "tgt"
+    schema = s.source().table_schema(table)
+    assert s.target().count(schema) == 29
+    extra = context["outlet_events"][table_asset("src", table)].extra
+    assert extra == {"target": "tgt", "status": "applied", "events": 32, "inserted": 29, "updated": 0,
+                     "deleted": 0, "position": r["to"]}
+    # and again: nothing to apply, still no Spark
+    again = DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(context)
+    assert again["via"] == "local" and again["tables"][table]["status"] == "up_to_date"
 
 
 # -- apply outlets ------------------------------------------------------------------
@@ -585,8 +649,9 @@ with DAG("{dag_id}", schedule=None, catchup=False) as dag:
 
 # -- the one end-to-end test: real spark-submit through the Spark provider, in dag.test() --------
 def test_dump_and_apply_through_spark_submit_in_dag_test(dblog_setup, airflow_db):
-    """create dump -> dump (spark-submit) -> apply (spark-submit) -> lag sensor, while a tail
-    runs and the table changes; the target ends equal to the source, with asset events."""
+    """create dump -> dump (spark-submit) -> apply (in-process: a small batch) -> lag sensor,
+    while a tail runs and the table changes; the target ends equal to the source, with asset
+    events."""
     from airflow_provider_dblog.engine.config import load_config
     from airflow_provider_dblog.engine.sources import open_source
     from airflow_provider_dblog.engine.store import EventStore

@@ -1,8 +1,10 @@
-"""The apply job end to end: synthetic events in the store, a real spark-submit, real PG + Redis.
+"""The apply end to end: synthetic events in the store, real PG + Redis, over both paths.
 
-Each run of ``apply_job`` is a real ``spark-submit`` (about 12-20 s), so the
-scenario is one sequence of runs over shared state, checked after each step
-against a model: the latest event per key among those below the frontier.
+The scenario runs twice (the module's ``env`` fixture is parametrized): ``spark``, where
+each apply is a real ``spark-submit`` of ``apply_job`` (about 12-20 s), and ``local``,
+the in-process applier of ``engine/apply.py``. Each is one sequence of runs over shared
+state, checked after each step against a model: the latest event per key among those
+below the frontier.
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ import pytest
 import yaml
 from psycopg2 import sql
 
+from airflow_provider_dblog.engine.apply import apply_local  # noqa: E402
 from airflow_provider_dblog.engine.config import parse_config  # noqa: E402
+from airflow_provider_dblog.engine.errors import ConfigError  # noqa: E402
 from airflow_provider_dblog.engine.events import DELETE, INSERT, SNAPSHOT, UPDATE, Event, events_to_arrow  # noqa: E402
 from airflow_provider_dblog.engine.jobs import SparkJobError, run_spark_job, spark_submit_args  # noqa: E402
 from airflow_provider_dblog.engine.positions import Position  # noqa: E402
@@ -94,9 +98,9 @@ class Model:
         return [latest[k].after for k in sorted(latest) if latest[k].op != DELETE]
 
 
-@pytest.fixture(scope="module")
-def env(servers, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("apply")
+@pytest.fixture(scope="module", params=["spark", "local"])
+def env(request, servers, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"apply_{request.param}")
     run = uuid.uuid4().hex[:8]
     raw = {
         "sources": {SOURCE: {"kind": "mysql", "host": "127.0.0.1", "port": MARIADB_PORT, "user": "root",
@@ -114,7 +118,7 @@ def env(servers, tmp_path_factory):
     cfg = parse_config(raw, str(path))
     state = RedisState(cfg.redis_url, cfg.state_prefix, SOURCE)
     target = PostgresTarget(cfg.target("wh"))
-    yield {"cfg": cfg, "path": str(path), "schemas": str(schema_file), "state": state,
+    yield {"via": request.param, "cfg": cfg, "path": str(path), "schemas": str(schema_file), "state": state,
            "store": EventStore(cfg.storage_root, SOURCE), "target": target,
            "token": state.acquire_lease("test", 3600), "model": Model(), "done": set()}
     state.reset()
@@ -134,9 +138,16 @@ def step(env, name: str, needs: str | None = None) -> None:
 
 
 def apply(env, *extra: str) -> dict:
-    return run_spark_job(env["cfg"], "apply_job",
-                         ["--config", env["path"], "--target", "wh", "--schema-file", env["schemas"], *extra],
-                         timeout_s=300)
+    """One apply run on the scenario's path (``--tables a,b`` as for the job)."""
+    if env["via"] == "local":
+        tables = extra[extra.index("--tables") + 1] if "--tables" in extra else None
+        res = apply_local(env["cfg"], "wh", tables, schema_file=env["schemas"])
+    else:
+        res = run_spark_job(env["cfg"], "apply_job",
+                            ["--config", env["path"], "--target", "wh", "--schema-file", env["schemas"], *extra],
+                            timeout_s=300)
+    assert res["via"] == env["via"] and {r["via"] for r in res["tables"].values()} == {env["via"]}
+    return res
 
 
 def log_segment(env, schema: TableSchema, start: Position, events: list[Event]) -> None:
@@ -235,8 +246,27 @@ def test_deletes_and_an_older_snapshot(env):
     assert res["tables"][LINES.qualified]["deleted"] == 1
 
 
+def test_replay_from_the_start_changes_nothing(env):
+    """The checkpoint forgotten, the whole log is applied again, with a late snapshot of
+    older positions among it: every stage row is at or below its target row's position,
+    so nothing changes (the merge's position guard), and the checkpoint comes back."""
+    step(env, "replay_all", "second")
+    # a dump window closed at 1060, its snapshot written only now: older than the rows
+    snapshot(env, ORDERS, P(1060), [order(1, 99), order(4, 99), order(1000, 99), order(3, 99)])
+    before = {s.qualified: env["target"].rows(s, with_pos=True) for s in (ORDERS, LINES)}
+    env["target"].reset_applied(SOURCE, ORDERS)
+    res = apply(env, "--tables", ORDERS.qualified)
+    o = res["tables"][ORDERS.qualified]
+    assert o["from"] is None and o["status"] == "applied" and o["events"] == 401 + 12 + 4
+    assert o["inserted"] == o["updated"] == o["deleted"] == 0 and o["stale"] == o["rows"] > 0
+    assert res["changed"] == []
+    assert {s.qualified: env["target"].rows(s, with_pos=True) for s in (ORDERS, LINES)} == before
+    assert env["target"].applied_pos(SOURCE, ORDERS) == P(2000)
+    check(env, P(2000))
+
+
 def test_second_run_changes_nothing(env):
-    step(env, "replay", "second")
+    step(env, "replay", "replay_all")
     before = {s.qualified: env["target"].rows(s, with_pos=True) for s in (ORDERS, LINES)}
     res = apply(env)
     assert {r["status"] for r in res["tables"].values()} == {"up_to_date"}
@@ -284,6 +314,10 @@ def test_recreated_target_table_is_reapplied(env):
 
 
 def test_failure_is_reported(env, tmp_path):
+    if env["via"] == "local":
+        with pytest.raises(ConfigError, match="unknown target 'nope'"):
+            apply_local(env["cfg"], "nope")
+        return
     with pytest.raises(SparkJobError) as e:
         run_spark_job(env["cfg"], "apply_job", ["--config", env["path"], "--target", "nope"], timeout_s=300)
     assert "ConfigError" in str(e.value) and "unknown target 'nope'" in str(e.value)
@@ -367,7 +401,7 @@ def test_dump_tail_apply_end_to_end(servers, tmp_path):
         try:
             with c.cursor() as w:
                 while not stop.is_set() and not writes_done.is_set():
-                    i = rnd.randint(1, nxt)
+                    i = rnd.randint(1, nxt - 1)  # nxt itself is the next INSERT's id
                     op = rnd.random()
                     if op < 0.5:
                         w.execute(f"REPLACE INTO {db}.items VALUES ({', '.join(['%s'] * 11)})", e2e_item(i, v))

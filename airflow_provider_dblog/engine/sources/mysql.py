@@ -881,6 +881,7 @@ class MySQLSource(SqlSource):
 
         in_txn = False          # between BEGIN and its commit
         captured_in_txn = 0     # rows of watched tables in the open transaction
+        converters: dict[str, _RowConverter] = {}
         connects = 0
 
         def txn_end(offset: int) -> TxnEnd:
@@ -960,36 +961,49 @@ class MySQLSource(SqlSource):
                         if should_stop():
                             return
                     continue
-                schema, native = schemas[table], natives[table]
-                fix_time = {c.name for c in ev.columns
-                            if c.type == FIELD_TYPE.TIME2 and getattr(c, "fsp", 0)}
+                schema = schemas[table]
+                conv = converters.get(table)
+                if conv is None:
+                    conv = converters[table] = _RowConverter(schema, natives[table])
                 self._check_binlog_key(schema, ev.primary_key)
+                rows = ev.rows  # decodes every row image of the event
+                if not rows:
+                    continue
+                fix_time = conv.fix_time(ev.columns, FIELD_TYPE.TIME2) if conv.has_time else _NO_NAMES
                 seq = 0
-                for row in ev.rows:
-                    if isinstance(ev, UpdateRowsEvent):
-                        before = self._binlog_row(schema, native, row["before_values"],
-                                                  row.get("before_none_sources", {}), fix_time)
-                        after = self._binlog_row(schema, native, row["after_values"],
-                                                 row.get("after_none_sources", {}), fix_time)
-                        kb, ka = schema.key_of(before), schema.key_of(after)
+                if isinstance(ev, UpdateRowsEvent):
+                    conv.check_names(rows, "before_values")
+                    conv.check_names(rows, "after_values")
+                    for row in rows:
+                        before, kb = conv(row["before_values"], row["before_none_sources"], fix_time)
+                        after, ka = conv(row["after_values"], row["after_none_sources"], fix_time)
                         if kb == ka:
-                            changes = [(UPDATE, kb, before, after)]
+                            yield RowChange(Event(table, UPDATE, kb, before, after,
+                                                  Position(file_no, start, seq), ts))
+                            seq += 1
                         else:  # a primary-key change: the old key goes, the new one comes
-                            changes = [(DELETE, kb, before, None), (INSERT, ka, None, after)]
-                    else:
-                        image = self._binlog_row(schema, native, row["values"],
-                                                 row.get("none_sources", {}), fix_time)
-                        if isinstance(ev, WriteRowsEvent):
-                            changes = [(INSERT, schema.key_of(image), None, image)]
+                            yield RowChange(Event(table, DELETE, kb, before, None,
+                                                  Position(file_no, start, seq), ts))
+                            yield RowChange(Event(table, INSERT, ka, None, after,
+                                                  Position(file_no, start, seq + 1), ts))
+                            seq += 2
+                else:
+                    conv.check_names(rows, "values")
+                    insert = isinstance(ev, WriteRowsEvent)
+                    for row in rows:
+                        image, key = conv(row["values"], row["none_sources"], fix_time)
+                        if insert:
+                            yield RowChange(Event(table, INSERT, key, None, image,
+                                                  Position(file_no, start, seq), ts))
                         else:
-                            changes = [(DELETE, schema.key_of(image), image, None)]
-                    for op, key, b, a in changes:
-                        captured_in_txn += 1
-                        yield RowChange(Event(table, op, key, b, a,
-                                              Position(file_no, start, seq), ts))
+                            yield RowChange(Event(table, DELETE, key, image, None,
+                                                  Position(file_no, start, seq), ts))
                         seq += 1
-                        if should_stop():
-                            return
+                captured_in_txn += seq
+                # once per rows event, not per row: a stop only ever discards the open
+                # (uncommitted) transaction, so checking here loses nothing
+                if should_stop():
+                    return
         finally:
             stream.close()
 
@@ -1019,30 +1033,94 @@ class MySQLSource(SqlSource):
                 f"the primary key of {schema.qualified} is now ({', '.join(key)}), was "
                 f"({', '.join(schema.key)}): update the capture's schema and re-dump the table")
 
-    @staticmethod
-    def _binlog_row(schema: TableSchema, native: dict[str, NativeColumn], values: dict,
-                    none_sources: dict, fix_time: set[str]) -> dict:
-        names = list(values)
-        if names and str(names[0]).startswith("UNKNOWN_COL"):
-            raise SourceSetupError(
-                f"the binlog carries no column names for {schema.qualified}: "
-                "SET GLOBAL binlog_row_metadata=FULL (and in the server config)")
-        if names != schema.column_names:
-            raise SchemaChangedError(
-                f"the columns of {schema.qualified} changed (ALTER TABLE?): the binlog has "
-                f"{names}, the captured schema {schema.column_names}; update the capture's schema "
-                "and re-dump the table")
-        out = {}
-        for name, value in values.items():
-            n = native[name]
-            if value is None and n.data_type == "set" and none_sources.get(name) == "empty set":
-                value = ""
-            elif name in fix_time and isinstance(value, dt.timedelta):
-                value = _fix_negative_time2(value)
-            try:
-                out[name] = to_logical(n, value)
-            except (TypeError, ValueError) as e:
+
+_NO_NAMES: frozenset = frozenset()
+
+
+def _fast_check(n: NativeColumn, var: str) -> str | None:
+    """A Python expression true when ``var`` (not None) is already exactly what
+    to_logical would return for it (so it is kept as it is), or None when every
+    value of the column goes through to_logical."""
+    t = n.logical
+    if n.data_type in _SPECIAL:
+        return None
+    if t in _PLAIN:
+        return f"{var}.__class__ is {_PLAIN[t].__name__ if t != 'date' else '_date'}"
+    if t in _INT_BITS:
+        lim = _INT_LIMIT[t]
+        return f"({var}.__class__ is int and {-lim} <= {var} < {lim})"
+    if t.startswith("decimal("):
+        return f"{var}.__class__ is _Decimal"   # to_logical: Decimal(value), an equal Decimal
+    if t == "timestamp":
+        return f"({var}.__class__ is _datetime and {var}.tzinfo is None)"
+    return None
+
+
+class _RowConverter:
+    """Binlog row images of one table -> (row dict of logical values, key tuple).
+
+    Built once per table: the per-column checks are compiled into one function,
+    so the common value (already of its logical type's exact Python type, in range)
+    costs one inline type test and anything else goes through ``to_logical``, which
+    raises on a type the captured schema does not expect (the table changed)."""
+
+    def __init__(self, schema: TableSchema, native: dict[str, NativeColumn]):
+        self.schema = schema
+        self.names = list(schema.column_names)
+        self.natives = [native[c] for c in self.names]
+        self.has_time = any(n.data_type == "time" for n in self.natives)
+        pos = {c: i for i, c in enumerate(self.names)}
+        lines = [f"def convert(values, none_sources, fix_time):"]
+        vs = [f"v{i}" for i in range(len(self.names))]
+        lines.append(f"    {', '.join(vs)}{',' if len(vs) == 1 else ''} = values.values()")
+        for i, n in enumerate(self.natives):
+            v = vs[i]
+            fast = _fast_check(n, v)
+            slow = f"{v} = _slow({i}, {v}, none_sources, fix_time)"
+            if n.data_type == "set":      # None may be an empty set (none_sources)
+                lines.append(f"    {slow}")
+            elif fast is None:
+                lines.append(f"    if {v} is not None: {slow}")
+            else:
+                lines.append(f"    if {v} is not None and not {fast}: {slow}")
+        row = ", ".join(f"{self.names[i]!r}: {v}" for i, v in enumerate(vs))
+        key = "".join(f"{vs[pos[k]]}, " for k in schema.key)
+        lines.append(f"    return {{{row}}}, ({key})")
+        env = {"_slow": self._slow, "_Decimal": decimal.Decimal, "_datetime": dt.datetime,
+               "_date": dt.date}
+        exec(compile("\n".join(lines), f"<row converter {schema.qualified}>", "exec"), env)
+        self.convert = env["convert"]
+
+    def __call__(self, values: dict, none_sources: dict, fix_time) -> tuple[dict, tuple]:
+        return self.convert(values, none_sources, fix_time)
+
+    def check_names(self, rows: list, image: str) -> None:
+        names = self.names
+        for row in rows:
+            if list(row[image]) != names:
+                got = list(row[image])
+                if got and str(got[0]).startswith("UNKNOWN_COL"):
+                    raise SourceSetupError(
+                        f"the binlog carries no column names for {self.schema.qualified}: "
+                        "SET GLOBAL binlog_row_metadata=FULL (and in the server config)")
                 raise SchemaChangedError(
-                    f"{schema.qualified}.{name} ({n.column_type}): {e}; the column's type changed "
-                    "(ALTER TABLE?): update the capture's schema and re-dump the table") from None
-        return out
+                    f"the columns of {self.schema.qualified} changed (ALTER TABLE?): the binlog has "
+                    f"{got}, the captured schema {names}; update the capture's schema "
+                    "and re-dump the table")
+
+    def fix_time(self, columns: Sequence[Any], time2: int) -> frozenset:
+        return frozenset(c.name for c in columns if c.type == time2 and getattr(c, "fsp", 0))
+
+    def _slow(self, i: int, value: Any, none_sources: dict, fix_time) -> Any:
+        n = self.natives[i]
+        name = n.name
+        if value is None and n.data_type == "set" and none_sources.get(name) == "empty set":
+            value = ""
+        elif name in fix_time and isinstance(value, dt.timedelta):
+            value = _fix_negative_time2(value)
+        try:
+            return to_logical(n, value)
+        except (TypeError, ValueError) as e:
+            raise SchemaChangedError(
+                f"{self.schema.qualified}.{name} ({n.column_type}): {e}; the column's type changed "
+                "(ALTER TABLE?): update the capture's schema and re-dump the table") from None
