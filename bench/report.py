@@ -84,9 +84,10 @@ def markdown(res: dict) -> str:
     if f := res.get("fresh"):
         fs = f["freshness_s"]
         lines += [f"Freshness via {f['via']}: {f['writes_measured']:,} writes (committed between the first "
-                  f"and the last run's start), p50 {fs['p50']}s, p90 {fs['p90']}s, p99 {fs['p99']}s, "
-                  f"not applied {f['not_applied']}; apply runs took "
-                  + ", ".join(f"{r['submit_s']}s" for r in f["apply_runs"]) + f". TODO: {f['todo']}", ""]
+                  f"run's start and the one before the last's), p50 {fs['p50']}s, p90 {fs['p90']}s, p99 {fs['p99']}s, "
+                  f"not applied by the last run {f['not_applied']}; apply runs took "
+                  + ", ".join(f"{r.get('seconds')}s ({r.get('via') or '?'}, {r.get('events')} events)"
+                              for r in f["apply_runs"]) + f". {f.get('note', '')}", ""]
     return "\n".join(lines)
 
 

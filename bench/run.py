@@ -24,7 +24,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--only", default=",".join(PHASES),
                    help=f"comma-separated phases: {', '.join(PHASES)} (impact is measured with lag)")
     p.add_argument("--out", default=None, help="output directory (default .dblog-local/bench/<time>)")
-    p.add_argument("--chunk-size", type=int, default=100_000, help="dump chunk size (demo.yaml's)")
+    p.add_argument("--chunk-size", type=int, default=500_000,
+                   help="dump chunk size (500k: a Spark job per chunk amortizes its overhead)")
     p.add_argument("--parallelism", type=int, default=4, help="JDBC partitions, ours and baseline")
     p.add_argument("--tail-events", type=int, default=100_000, help="row changes in the pre-written log")
     p.add_argument("--txn-rows", type=int, default=10, help="row changes per pre-written transaction")

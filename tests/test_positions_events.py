@@ -181,6 +181,16 @@ def test_encode_key_array_text_paths(values: list[str]) -> None:
         [encode_key((i, v)) for i, v in enumerate(values)]
 
 
+@given(positions, st.integers(0, 40))
+def test_position_range_equals_encoding_each(start: Position, n: int) -> None:
+    if start.seq + n > U32 + 1:
+        with pytest.raises(ValueError, match="does not fit"):
+            position_range(start, n)
+        return
+    assert position_range(start, n).to_pylist() == \
+        [start.with_seq(s).encode() for s in range(start.seq, start.seq + n)]
+
+
 def test_position_range() -> None:
     assert position_range(Position(1, 2, 3), 3).to_pylist() == [Position(1, 2, s).encode() for s in (3, 4, 5)]
     assert position_range(Position(1, 2, 3), 0).to_pylist() == []

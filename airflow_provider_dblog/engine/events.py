@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -88,12 +89,21 @@ def _interleave(parts: list[pa.Array], sep: str) -> list:
     return out
 
 
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_NIBBLE_SHIFTS = np.arange(28, -1, -4, dtype=np.uint64)
+
+
 def position_range(start: Position, n: int) -> pa.Array:
-    """The encoded positions start, start+1, ... (in seq), n of them."""
+    """The encoded positions start, start+1, ... (in seq), n of them: a chunk's snapshot
+    rows. The seq's 8 hex digits are made in numpy (a Python format() per row of a
+    500k-row chunk costs a third of a second)."""
     if n and start.seq + n - 1 >= 16 ** 8:
         raise ValueError(f"position {tuple(start)} + {n} does not fit its encoding")
     prefix = start.encode()[:-8]
-    return pa.array([prefix + format(s, "08x") for s in range(start.seq, start.seq + n)], pa.string())
+    seqs = np.arange(start.seq, start.seq + n, dtype=np.uint64)
+    digits = _HEX_DIGITS[(seqs[:, None] >> _NIBBLE_SHIFTS) & np.uint64(0xF)]  # n x 8 ASCII bytes
+    hexes = pa.array(digits.reshape(-1).view("S8"), pa.binary()).cast(pa.string())
+    return pc.binary_join_element_wise(prefix, hexes, "")
 
 
 @dataclass(frozen=True)
