@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 
@@ -47,3 +48,53 @@ def drop_pg_database(name: str) -> None:
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         conn.close()
+
+
+class TailThread:
+    """The real log tail in a thread of the test process (as tests/integration's CDC runs it),
+    for a test set-up (``setup.config``, ``setup.state()``, ``setup.source()``)."""
+
+    def __init__(self, setup):
+        self.setup = setup
+        self.cfg = setup.config
+        self.state = setup.state()
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> "TailThread":
+        from airflow_provider_dblog.engine.sources import open_source
+        from airflow_provider_dblog.engine.store import EventStore
+        from airflow_provider_dblog.engine.tail import Tail
+
+        def run():
+            try:
+                Tail(open_source(self.cfg.source()), self.state, EventStore(self.cfg.storage_root, "src"),
+                     self.cfg.tail).run(should_stop=self.stop_event.is_set)
+            except BaseException as e:  # surfaced by stop()
+                self.error = e
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while self.state.checkpoint() is None:
+            assert self.error is None, self.error
+            assert time.monotonic() < deadline, "the tail did not checkpoint its start"
+            time.sleep(0.05)
+        return self
+
+    def drain(self, timeout: float = 60) -> None:
+        source = self.setup.source()
+        head, _ = source.current_resume()
+        source.close()
+        deadline = time.monotonic() + timeout
+        while not (self.state.checkpoint() and self.state.checkpoint().pos >= head):
+            assert self.error is None, self.error
+            assert time.monotonic() < deadline, f"the tail did not reach {head}"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.thread:
+            self.thread.join(60)
+        if self.error:
+            raise self.error

@@ -14,62 +14,13 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, T
 
 from airflow_provider_dblog.engine.dump import DumpSpec, validate_spec
 from airflow_provider_dblog.engine.errors import ChunkInFlightError
-from airflow_provider_dblog.engine.tail import Tail
 from airflow_provider_dblog.exceptions import DBLogWindowFailed
 from airflow_provider_dblog.operators.chunk import DBLogChunkDumpOperator
 from airflow_provider_dblog.operators.reconcile import DBLogReconcileOperator
 from airflow_provider_dblog.sensors.watermark import DBLogHighWatermarkSensor
-from helpers import mysql_connect
+from helpers import TailThread, mysql_connect
 
 TABLE_DDL = {"t": "id INT PRIMARY KEY, v INT NOT NULL"}
-
-
-class TailThread:
-    """The real log tail in a thread of the test process (as tests/integration's CDC runs it)."""
-
-    def __init__(self, setup):
-        self.setup = setup
-        self.cfg = setup.config
-        self.state = setup.state()
-        self.stop_event = threading.Event()
-        self.error: BaseException | None = None
-        self.thread: threading.Thread | None = None
-
-    def start(self) -> "TailThread":
-        from airflow_provider_dblog.engine.sources import open_source
-        from airflow_provider_dblog.engine.store import EventStore
-
-        def run():
-            try:
-                Tail(open_source(self.cfg.source()), self.state, EventStore(self.cfg.storage_root, "src"),
-                     self.cfg.tail).run(should_stop=self.stop_event.is_set)
-            except BaseException as e:  # surfaced by stop()
-                self.error = e
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while self.state.checkpoint() is None:
-            assert self.error is None, self.error
-            assert time.monotonic() < deadline, "the tail did not checkpoint its start"
-            time.sleep(0.05)
-        return self
-
-    def drain(self, timeout: float = 60) -> None:
-        source = self.setup.source()
-        head, _ = source.current_resume()
-        source.close()
-        deadline = time.monotonic() + timeout
-        while not (self.state.checkpoint() and self.state.checkpoint().pos >= head):
-            assert self.error is None, self.error
-            assert time.monotonic() < deadline, f"the tail did not reach {head}"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        if self.thread:
-            self.thread.join(60)
-        if self.error:
-            raise self.error
 
 
 @pytest.fixture

@@ -446,43 +446,20 @@ def test_dump_result_becomes_progress_and_metrics(dblog_setup, context, monkeypa
 def test_small_apply_runs_in_process_with_the_same_result_and_assets(dblog_setup, context, fake_spark_submit):
     """Below apply.local_max_events no spark-submit runs (the fake one would fail the task):
     the rows land, the XCom has the Spark job's shape, the asset event's extra is the same."""
-    from airflow_provider_dblog.engine.sources import open_source
-    from airflow_provider_dblog.engine.store import EventStore
-    from airflow_provider_dblog.engine.tail import Tail
+    from helpers import TailThread
 
     s = dblog_setup(ITEMS)
     (table,) = s.tables
     fake_spark_submit("fail")
-    cfg = s.config
-    state = s.state()
-    stop, errors = threading.Event(), []
-
-    def tail():
-        try:
-            Tail(open_source(cfg.source()), state, EventStore(cfg.storage_root, "src"), cfg.tail).run(
-                should_stop=stop.is_set)
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            errors.append(e)
-    thread = threading.Thread(target=tail, daemon=True)
-    thread.start()
+    tail = TailThread(s).start()
     try:
-        deadline = time.monotonic() + 30
-        while state.checkpoint() is None:
-            assert time.monotonic() < deadline and not errors, errors
-            time.sleep(0.05)
         for i in range(30):
             s.execute("INSERT INTO items VALUES (%s, %s)", (i, f"v{i} é"))
         s.execute("UPDATE items SET v = 'new' WHERE id = 3")
         s.execute("DELETE FROM items WHERE id = 4")
-        source = s.source()
-        head, _ = source.current_resume()
-        source.close()
-        while state.checkpoint().pos < head:
-            assert time.monotonic() < deadline + 30 and not errors, errors
-            time.sleep(0.05)
+        tail.drain()
     finally:
-        stop.set()
-        thread.join(30)
+        tail.stop()
     result = DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(context)
     r = result["tables"][table]
     assert result["via"] == "local" and r["via"] == "local" and result["pending_events"] == 32
@@ -653,32 +630,16 @@ def test_dump_and_apply_through_spark_submit_in_dag_test(dblog_setup, airflow_db
     while a tail runs and the table changes; the target ends equal to the source, with asset
     events."""
     from airflow_provider_dblog.engine.config import load_config
-    from airflow_provider_dblog.engine.sources import open_source
-    from airflow_provider_dblog.engine.store import EventStore
-    from airflow_provider_dblog.engine.tail import Tail
     from airflow_provider_dblog.engine.targets.postgres import target_table_name
     from airflow_provider_dblog.engine.verify import compare_source_target
+    from helpers import TailThread
 
     s = dblog_setup(ITEMS)
     table = f"{s.db}.items"
     for i in range(20):  # before the tail: only the dump brings these
         s.execute("INSERT INTO items VALUES (%s, %s)", (i, f"old{i}"))
     cfg = load_config(s.path)
-    state = s.state()
-    stop, errors = threading.Event(), []
-
-    def tail():
-        try:
-            Tail(open_source(cfg.source()), state, EventStore(cfg.storage_root, "src"), cfg.tail).run(
-                should_stop=stop.is_set)
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            errors.append(e)
-    thread = threading.Thread(target=tail, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while state.checkpoint() is None:
-        assert time.monotonic() < deadline and not errors, errors
-        time.sleep(0.05)
+    tail = TailThread(s).start()
     s.execute("UPDATE items SET v = 'new' WHERE id = 3")
     s.execute("DELETE FROM items WHERE id = 4")
     s.execute("INSERT INTO items VALUES (100, 'log')")
@@ -693,9 +654,7 @@ def test_dump_and_apply_through_spark_submit_in_dag_test(dblog_setup, airflow_db
     try:
         dr = dag.test()
     finally:
-        stop.set()
-        thread.join(30)
-    assert not errors, errors
+        tail.stop()  # raises the tail's error, if it had one
     states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
     assert set(states.values()) == {"success"}, states
 
