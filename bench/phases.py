@@ -290,7 +290,8 @@ def fresh(a, src, workdir: Path) -> dict:
         for i in range(a.apply_runs):
             t0 = time.time()
             r = apply_once()
-            runs.append({"start": t0, "end": time.time(), "submit_s": r.get("submit_seconds"),
+            end = time.time()
+            runs.append({"start": t0, "end": end, "seconds": round(end - t0, 3),
                          "spark_start_s": r.get("spark_start_s"), "events": r.get("events"),
                          "via": r.get("via"), "table": r.get("tables", {}).get(q)})
             log.info("fresh: apply run %d: %s events in %.1fs", i + 1, r.get("events"), time.time() - t0)
