@@ -10,7 +10,6 @@ import yaml
 from airflow.sdk.observability.stats import Stats
 
 from ..assets import table_asset
-from ..engine.apply import LOCAL, apply_local, decide
 from ..engine.errors import ConfigError, UnknownTableError
 from ..exceptions import DBLogInvalidRequest
 from ..hooks.dblog import CONFIG_ENV, DBLogHook
@@ -118,6 +117,8 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
             raise DBLogInvalidRequest(str(e)) from e
 
     def execute(self, context: Context) -> Any:
+        from ..engine.apply import LOCAL, apply_local, decide  # pyarrow: not at DAG parse time
+
         self._hook = None
         self.check_spark_connection()  # the fallback must work whatever this run's size
         hook = self.dblog_hook()
