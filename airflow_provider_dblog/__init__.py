@@ -16,7 +16,19 @@ def get_provider_info() -> dict:
         "versions": [__version__],
         "connection-types": [
             {"connection-type": "dblog",
-             "hook-class-name": "airflow_provider_dblog.hooks.dblog.DBLogHook"},
+             "hook-class-name": "airflow_provider_dblog.hooks.dblog.DBLogHook",
+             "hook-name": "DBLog",
+             # declarative form fields (Airflow >= 3.2): the UI renders them without
+             # importing the hook, and without Flask-AppBuilder / wtforms
+             "conn-fields": {"config_path": {
+                 "label": "Config file (YAML)",
+                 "description": "Path of the dblog config on the workers and the triggerer; "
+                                "its sources and targets name their own connections (conn_id).",
+                 "schema": {"type": ["string", "null"]}}},
+             "ui-field-behaviour": {
+                 "hidden-fields": ["host", "schema", "login", "password", "port"],
+                 "relabeling": {},
+                 "placeholders": {"config_path": "/opt/dblog/dblog.yaml"}}},
         ],
         "hooks": [{"integration-name": "DBLog",
                    "python-modules": ["airflow_provider_dblog.hooks.dblog"]}],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from functools import cached_property
-from typing import Any
 
 from airflow.sdk import BaseHook
 
@@ -33,23 +32,6 @@ class DBLogHook(BaseHook):
     conn_type = "dblog"
     hook_name = "DBLog"
 
-    @classmethod
-    def get_connection_form_widgets(cls) -> dict[str, Any]:
-        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
-        from flask_babel import lazy_gettext
-        from wtforms import StringField
-
-        return {"config_path": StringField(lazy_gettext("Config file (YAML)"), widget=BS3TextFieldWidget())}
-
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["host", "schema", "login", "password", "port"],
-            "relabeling": {},
-            "placeholders": {"config_path": "/opt/dblog/dblog.yaml",
-                             "extra": '{"config_path": "/opt/dblog/dblog.yaml"}'},
-        }
-
     def __init__(self, config_path: str | None = None, dblog_conn_id: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.config_path = config_path
@@ -60,7 +42,9 @@ class DBLogHook(BaseHook):
         path = self.config_path
         if not path and self.dblog_conn_id:
             conn = self.get_connection(self.dblog_conn_id)
-            path = conn.extra_dejson.get("config_path") or conn.host
+            extra = conn.extra_dejson
+            # the UI stores the field as ``config_path``; older forms used the prefixed name
+            path = extra.get("config_path") or extra.get(f"extra__{self.conn_type}__config_path") or conn.host
         path = path or os.environ.get(CONFIG_ENV)
         if not path:
             raise DBLogConfigNotFound(
