@@ -10,8 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -106,8 +105,9 @@ def position_range(start: Position, n: int) -> pa.Array:
     return pc.binary_join_element_wise(prefix, hexes, "")
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
+    """One change (or snapshot row). A NamedTuple, not a frozen dataclass: the tail makes
+    one per row change, and a frozen dataclass's __init__ costs three times as much."""
     table: str  # "db.table"
     op: str
     key: tuple

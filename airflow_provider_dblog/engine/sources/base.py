@@ -7,7 +7,7 @@ a stream of LogItems. Nothing here knows about Airflow or Spark.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
 
 import pyarrow as pa
 
@@ -17,8 +17,8 @@ from ..schema import TableSchema
 
 
 # -- what a log reader yields -------------------------------------------------
-@dataclass(frozen=True)
-class RowChange:
+class RowChange(NamedTuple):
+    """One row change of a captured table (a NamedTuple: one is made per change)."""
     event: Event
 
 
