@@ -46,6 +46,7 @@ def get_provider_info() -> dict:
         ]}],
         "triggers": [{"integration-name": "DBLog", "python-modules": [
             "airflow_provider_dblog.triggers.watermark",
+            "airflow_provider_dblog.triggers.lag",
         ]}],
         "integrations": [{"integration-name": "DBLog", "external-doc-url":
                           "https://arxiv.org/abs/2010.12597", "tags": ["software"]}],

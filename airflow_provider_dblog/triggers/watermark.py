@@ -21,7 +21,6 @@ triggerer needs the config file at the same path and access to those connections
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,20 +30,12 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from ..engine.errors import WatermarkError
 from ..engine.positions import Position
 from ..engine.state import Window, check_window_positions, state_key
+from .config import load_config_async
 
 
 async def resolve_state(config_path: str, source: str | None) -> tuple[str, str, str]:
     """``(redis_url, state_prefix, source_name)`` from the config, without blocking the loop."""
-    from ..engine.config import conn_env_name, load_config, referenced_conn_ids
-
-    env = dict(os.environ)
-    for conn_id in await asyncio.to_thread(referenced_conn_ids, config_path):
-        name = conn_env_name(conn_id)
-        if name not in env:
-            from airflow.sdk import BaseHook
-            conn = await BaseHook.aget_connection(conn_id)
-            env[name] = conn.as_json()
-    cfg = await asyncio.to_thread(load_config, config_path, env)
+    cfg = await load_config_async(config_path)
     return cfg.redis_url, cfg.state_prefix, cfg.source(source).name
 
 

@@ -551,7 +551,7 @@ def test_lag_sensor_waits_for_a_position(dblog_setup, context):
     items, other = s.tables
     want = Position(1, 5000, 0)
     sensor = DBLogLagSensor(task_id="lag", config_path=str(s.path), position=want.encode())
-    assert sensor.poke(context) is False                       # nothing applied yet
+    assert sensor.poke(context).is_done is False               # nothing applied yet
     target = s.target()
     try:
         target.advance_applied("src", items, Position(1, 6000, 0))
