@@ -39,6 +39,7 @@ from airflow_provider_dblog.engine.apply import (  # noqa: E402
     plan_table,
     resolve_tables,
     run_result,
+    with_sweep,
 )
 from spark_jobs.common import event_spark_schema, load, run_job, spark_session  # noqa: E402
 
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
     results: dict[str, dict] = {}
     try:
         for t in tables:
-            results[t] = applier.apply_table(schemas[t])
+            results[t] = with_sweep(applier.apply_table(schemas[t]), target, tcfg.name, store, state,
+                                    scfg.name, schemas[t])
     finally:
         applier.stop()
         target.close()

@@ -203,6 +203,14 @@ class SimSource:
         found = {normalize_key(table, k) for k in keys}
         return [dict(rows[k]) for k in found if k in rows]
 
+    def head(self) -> Position:
+        """The current end of the log (SHOW MASTER STATUS): every entry so far is below it,
+        every later one above; a tail that has read everything checkpoints exactly here."""
+        if not self.log:
+            return TAIL_START
+        last = self.log[-1].pos
+        return Position(last.log, last.offset + EVENT_SIZE // 2, 0)
+
     # -- the tail ----------------------------------------------------------------------
     def checkpoint(self) -> Position:
         """Every log event below this position is durable (the XID after the last entry read)."""
@@ -347,14 +355,29 @@ class RangeDump(_Dump):
         self.bounds: list[tuple | None] = []
         self.end: tuple | None = None
         self.chunks = 0
+        self.head_before: Position | None = None
+        self.head_end: Position | None = None  # after a read that found no more rows
+
+    def sweep(self) -> dict | None:
+        """The orphan sweep this dump registers once done (engine.sweep.orphan_sweep)."""
+        from airflow_provider_dblog.engine.sweep import orphan_sweep
+
+        if not self.done or self.head_before is None:
+            return None
+        return orphan_sweep("r", self.table.qualified, {
+            "done": True, "head_before": self.head_before.encode(),
+            "head_end": self.head_end.encode() if self.head_end else None,
+            "last_hw": self.windows[-1].hw.encode() if self.windows else None})
 
     def step(self) -> bool:
         if self.done:
             return True
         if self.phase == "start":  # the key range is captured once, when the dump starts
             self.started = True
+            self.head_before = self.sim.head()  # the orphan sweep's bounds (engine/sweep.py)
             self.upto = self.sim.max_key(self.table)
             if self.upto is None:
+                self.head_end = self.sim.head()
                 self.done = True
             else:
                 self.phase = "plan"
@@ -362,7 +385,8 @@ class RangeDump(_Dump):
             size = self.chunk_sizes[self.chunks % len(self.chunk_sizes)]
             keys = [k for k in self.sim.keys(self.table)
                     if (self.after is None or k > self.after) and k <= self.upto][:size]
-            if not keys:
+            if not keys:  # the rows up to the max key are gone
+                self.head_end = self.sim.head()
                 self.done = True
                 return True
             self.end = keys[-1]
@@ -516,6 +540,19 @@ class Target:
 
     def state(self) -> tuple[dict, dict]:
         return dict(self.rows), dict(self.positions)
+
+    def sweep(self, sweep: dict, snapshot_keys: set[tuple]) -> list[tuple] | None:
+        """``PostgresTarget.delete_orphans``: once every event below ``until`` is applied,
+        delete the rows below ``below`` whose key is not in ``snapshot_keys``."""
+        below, until = Position.decode(sweep["below"]), Position.decode(sweep["until"])
+        if self.applied is None or self.applied < until:
+            return None
+        gone = [k for k, p in self.positions.items()
+                if p < below and k in self.rows and k not in snapshot_keys]
+        for k in gone:
+            self.rows.pop(k)
+            self.positions.pop(k)
+        return gone
 
 
 def random_split(events: Sequence[Event], cuts: Iterable[int]) -> list[list[Event]]:

@@ -174,6 +174,16 @@ def choose_path(config: Config, target, store, state, source_name: str, tables: 
     return (LOCAL if n <= limit else SPARK), n
 
 
+def with_sweep(result: dict, target, target_name: str, store, state, source_name: str,
+               schema: TableSchema) -> dict:
+    """After a table's batch (either path): run the orphan sweep of a finished full-table
+    dump once the apply has reached it (``engine/sweep.py``)."""
+    from .sweep import sweep_table
+
+    deleted = sweep_table(target, target_name, store, state, source_name, schema)
+    return result if deleted is None else result | {"orphans_deleted": deleted}
+
+
 def run_result(tcfg: TargetConfig, scfg: SourceConfig, run_id: str, results: dict[str, dict],
                started: float, via: str, **more) -> dict:
     """The result of an apply run, the same for both paths (``apply_job`` prints it)."""
@@ -181,8 +191,9 @@ def run_result(tcfg: TargetConfig, scfg: SourceConfig, run_id: str, results: dic
     return {"target": tcfg.name, "source": scfg.name, "run_id": run_id, "via": via, "tables": results,
             **more,
             "events": total("events"), "inserted": total("inserted"), "updated": total("updated"),
-            "deleted": total("deleted"), "changed": [t for t, r in results.items()
-                                                     if r.get("inserted") or r.get("updated") or r.get("deleted")],
+            "deleted": total("deleted"), "orphans_deleted": total("orphans_deleted"),
+            "changed": [t for t, r in results.items()
+                        if r.get("inserted") or r.get("updated") or r.get("deleted") or r.get("orphans_deleted")],
             "seconds": round(time.monotonic() - started, 3)}
 
 
@@ -324,7 +335,8 @@ def apply_local(config: Config, target_name: str | None = None, tables: str | li
     results: dict[str, dict] = {}
     try:
         for t in names:
-            results[t] = applier.apply_table(schemas[t])
+            results[t] = with_sweep(applier.apply_table(schemas[t]), target, tcfg.name, store, state,
+                                    scfg.name, schemas[t])
     finally:
         target.close()
     return run_result(tcfg, scfg, applier.run_id, results, started, LOCAL, spark_start_s=0.0, **more)

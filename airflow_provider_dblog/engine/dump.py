@@ -24,6 +24,7 @@ from .schema import TableSchema
 from .sources.base import Source
 from .state import RedisState, Window
 from .store import EventStore
+from .sweep import orphan_sweep
 
 log = logging.getLogger(__name__)
 
@@ -213,17 +214,20 @@ class DumpRunner:
         if progress.get("done"):
             return None
         if "max_key" not in progress:  # captured once, when the table's dump starts
+            # the log head before the max key read bounds the orphan sweep (sweep.py)
+            before, _ = self.source.current_resume()
             top = self.source.max_key(schema)
             progress = {"max_key": encode_key(top) if top is not None else None, "last_key": None,
-                        "chunks": 0, "rows": 0, "dropped": 0, "started_at": time.time()}
+                        "chunks": 0, "rows": 0, "dropped": 0, "started_at": time.time(),
+                        "head_before": before.encode()}
             self.state.save_progress(rid, schema.qualified, progress)
         if progress["max_key"] is None:
-            return self._table_done(rid, schema, progress)
+            return self._table_done(rid, schema, progress, end_read=True)
         upto = schema.decode_key(progress["max_key"])
         after = schema.decode_key(progress["last_key"]) if progress["last_key"] else None
         plan = self.source.plan_chunk(schema, after, upto, spec.chunk_size, spec.parallelism)
-        if plan is None:
-            return self._table_done(rid, schema, progress)
+        if plan is None:  # the rows up to the max key are gone
+            return self._table_done(rid, schema, progress, end_read=True)
         return ChunkTask(rid, schema.qualified, predicates=self.source.range_predicates(schema, plan),
                          end=encode_key(plan.end), last=plan.end == upto)
 
@@ -241,9 +245,16 @@ class DumpRunner:
         batch = spec.keys[start:start + spec.chunk_size]
         return ChunkTask(rid, schema.qualified, keys=batch, last=start + len(batch) >= len(spec.keys))
 
-    def _table_done(self, rid: str, schema: TableSchema, progress: dict) -> None:
+    def _table_done(self, rid: str, schema: TableSchema, progress: dict, end_read: bool = False) -> None:
+        """``end_read``: a read of the source just found no more rows (the sweep waits for
+        the log up to here)."""
+        if end_read and "head_before" in progress:
+            progress["head_end"] = self.source.current_resume()[0].encode()
         progress["done"] = True
         self.state.save_progress(rid, schema.qualified, progress)
+        sweep = orphan_sweep(rid, schema.qualified, progress)
+        if sweep is not None:
+            self.state.add_sweep(sweep)
         return None
 
     # -- one chunk: Algorithm 1 steps 2-4, then 6-7 ----------------------------
@@ -293,6 +304,7 @@ class DumpRunner:
         progress["dropped"] += result.dropped
         if task.end is not None:
             progress["last_key"] = task.end
+            progress["last_hw"] = hw.encode()
         if task.keys is not None:
             progress["done_keys"] += len(task.keys)
             progress["missing"] = (progress["missing"] + [[encode_scalar(v) for v in k]
@@ -305,7 +317,8 @@ class DumpRunner:
                   "lw": lw.encode(), "hw": hw.encode(),
                   # hw_wait_s: until the tail had the HW durable; finish_s: all of this step
                   "hw_wait_s": round(hw_wait, 3), "finish_s": round(time.monotonic() - t0, 3)}
-        self.state.complete_chunk(task.request, task.table, progress, window, detail)
+        sweep = orphan_sweep(task.request, task.table, progress) if task.last else None
+        self.state.complete_chunk(task.request, task.table, progress, window, detail, sweep)
         self.store.remove_chunk(task.request, task.table, window.id)
         log.info("%s chunk %d: %d rows selected, %d kept, %d dropped as stale, %d window events",
                  task.table, progress["chunks"], result.selected, result.kept, result.dropped,

@@ -339,24 +339,31 @@ class RedisState:
     def save_progress(self, rid: str, table: str, progress: dict) -> None:
         self.r.hset(self.k("request", rid), f"progress:{table}", json.dumps(progress))
 
-    def complete_chunk(self, rid: str, table: str, progress: dict, window: Window, detail: dict) -> None:
+    def complete_chunk(self, rid: str, table: str, progress: dict, window: Window, detail: dict,
+                       sweep: dict | None = None) -> None:
         """Chunk progress moves with the window's close, after the snapshot is durable.
 
         Only while the window is still open: a window closed meanwhile (abandoned by a
         newer run of the request, or failed) raises WatermarkError and moves nothing, so
-        its chunk is redone and never counted twice."""
+        its chunk is redone and never counted twice. ``sweep``: the table's orphan sweep,
+        registered with its last chunk (``engine/sweep.py``)."""
         key = self.k("windows")
         while True:
             with self.r.pipeline(transaction=True) as pipe:
                 try:
-                    pipe.watch(key)
+                    pipe.watch(key, self.k("sweeps"))
                     if not pipe.hexists(key, window.id):
                         raise WatermarkError(
                             f"window {window.id} of {table} was closed before its chunk completed "
                             "(abandoned by a newer run of the request, or failed): progress not moved, "
                             "the chunk is redone")
+                    if sweep is not None and (old := pipe.hget(self.k("sweeps"), table)) is not None \
+                            and json.loads(old)["below"] >= sweep["below"]:
+                        sweep = None  # a newer dump's sweep is there: it covers this one
                     pipe.multi()
                     pipe.hset(self.k("request", rid), f"progress:{table}", json.dumps(progress))
+                    if sweep is not None:
+                        self._put_sweep(pipe, sweep)
                     self._forget_window(pipe, window)
                     pipe.lpush(self.k("windows_closed"), json.dumps(
                         {"id": window.id, "request": rid, "table": table, "outcome": "done",
@@ -369,6 +376,39 @@ class RedisState:
                     return
                 except redis.WatchError:
                     continue
+
+    # -- orphan sweeps of full-table dumps (engine/sweep.py) ----------------------
+    # one per table, the newest dump's (it deletes everything an older one would);
+    # ``sweeps_done`` says, per table and target, which one that target has run
+    def _put_sweep(self, pipe, sweep: dict) -> None:
+        pipe.hset(self.k("sweeps"), sweep["table"], json.dumps(sweep))
+
+    def add_sweep(self, sweep: dict) -> None:
+        """Register a table's sweep unless a newer dump's is there already."""
+        old = self.sweep(sweep["table"])
+        if old is None or old["below"] < sweep["below"]:
+            self._put_sweep(self.r, sweep)
+
+    def sweep(self, table: str) -> dict | None:
+        v = self.r.hget(self.k("sweeps"), table)
+        return json.loads(v) if v else None
+
+    def pending_sweep(self, table: str, target: str) -> dict | None:
+        """The table's sweep if ``target`` has not run it yet."""
+        sweep = self.sweep(table)
+        if sweep is None:
+            return None
+        done = self.r.hget(self.k("sweeps_done"), f"{table}|{target}")
+        return None if done and json.loads(done)["below"] >= sweep["below"] else sweep
+
+    def finish_sweep(self, sweep: dict, target: str, deleted: int) -> None:
+        """``target`` ran it: record that, and the count in the request."""
+        rid, table = sweep["request"], sweep["table"]
+        record = {"below": sweep["below"], "request": rid, "orphans_deleted": deleted, "at": time.time()}
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.hset(self.k("sweeps_done"), f"{table}|{target}", json.dumps(record))
+            pipe.hset(self.k("request", rid), f"swept:{table}:{target}", json.dumps(record))
+            pipe.execute()
 
     def counters(self) -> dict[str, int]:
         return {k: int(v) for k, v in self.r.hgetall(self.k("counters")).items()}

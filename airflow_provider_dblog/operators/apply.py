@@ -146,17 +146,20 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
         outlet_events = context.get("outlet_events")
         outlets = {(a.uri if hasattr(a, "uri") else None): a for a in (self.outlets or [])}
         for table, r in (result.get("tables") or {}).items():
-            rows = sum(int(r.get(k) or 0) for k in ("inserted", "updated", "deleted"))
+            rows = sum(int(r.get(k) or 0) for k in ("inserted", "updated", "deleted", "orphans_deleted"))
             tags = {"source": scfg.name, "target": tcfg.name, "table": table}
             Stats.incr("dblog.apply.rows", rows, tags=tags)
             Stats.incr("dblog.apply.events", int(r.get("events") or 0), tags=tags)
-            self.log.info("%s -> %s: %s, %s events, %s inserted, %s updated, %s deleted, applied up to %s",
+            self.log.info("%s -> %s: %s, %s events, %s inserted, %s updated, %s deleted, applied up to %s%s",
                           table, tcfg.name, r.get("status"), r.get("events"), r.get("inserted"),
-                          r.get("updated"), r.get("deleted"), r.get("to"))
+                          r.get("updated"), r.get("deleted"), r.get("to"),
+                          f"; orphan sweep of a full dump: {r['orphans_deleted']} rows deleted"
+                          if "orphans_deleted" in r else "")
             asset: Asset | None = outlets.get(table_asset(scfg.name, table).uri)
             if asset is not None and outlet_events is not None:
                 outlet_events[asset].extra = {
                     "target": tcfg.name, "status": r.get("status"), "events": r.get("events"),
                     "inserted": r.get("inserted"), "updated": r.get("updated"),
-                    "deleted": r.get("deleted"), "position": r.get("to")}
+                    "deleted": r.get("deleted"), "orphans_deleted": r.get("orphans_deleted", 0),
+                    "position": r.get("to")}
         return result

@@ -333,6 +333,34 @@ class PostgresTarget:
                 out.append({n: bytes(v) if isinstance(v, memoryview) else v for n, v in zip(names, r)})
             return out
 
+    def delete_orphans(self, table: TableSchema, source: str, keep, below: Position,
+                       until: Position) -> int | None:
+        """Delete the rows a full-table dump proved absent from the source: ``_dblog_pos``
+        below ``below`` and key not in ``keep`` (an Arrow table of the key columns).
+        Only once every event below ``until`` is applied, checked under the table's lock;
+        None (nothing done) before that. See ``engine/sweep.py`` for why this is exact."""
+        from ..apply import copy_rows
+
+        name = self._tid(target_table_name(table))
+        keys = [sql.Identifier(k) for k in table.key]
+        with self.conn, self.conn.cursor() as cur:
+            self._lock(cur, table)
+            applied = self._applied(cur, source, table)
+            if applied is None or applied < until:
+                return None
+            # typed exactly like the target's key columns
+            cur.execute(sql.SQL("CREATE TEMP TABLE _dblog_keep ON COMMIT DROP AS "
+                                "SELECT {} FROM {} WITH NO DATA").format(sql.SQL(", ").join(keys), name))
+            copy_rows(cur, sql.Identifier("_dblog_keep"), keep.select(list(table.key)))
+            cur.execute("ANALYZE _dblog_keep")
+            cur.execute(sql.SQL(
+                "DELETE FROM {t} AS t WHERE t.{pos} < %s AND NOT EXISTS "
+                "(SELECT 1 FROM _dblog_keep AS k WHERE {match})").format(
+                    t=name, pos=sql.Identifier(POS_COLUMN),
+                    match=sql.SQL(" AND ").join(sql.SQL("k.{k} = t.{k}").format(k=k) for k in keys)),
+                (below.encode(),))
+            return cur.rowcount
+
     def count(self, table: TableSchema | str) -> int:
         with self.conn, self.conn.cursor() as cur:
             cur.execute(sql.SQL("SELECT count(*) FROM {}").format(self._tid(target_table_name(table))))

@@ -1,0 +1,101 @@
+"""The orphan sweep: a full-table dump also deletes target rows whose key the source no longer has.
+
+Snapshot events only ever write rows, so a target row that the source lost while the log
+was not captured (or that someone put into the target) would outlive a repair dump. A
+finished full-table dump proves which rows are orphans:
+
+* ``below``: the source's log head, read just before the dump read the table's max key;
+* ``until``: the first position after the dump's last window (its last HW transaction),
+  and, when the dump ended on a read that found no more rows (an empty table's max key,
+  or rows up to the max key deleted meanwhile), the log head read just after it;
+* ``keep``: the keys of every snapshot event of the table between ``below`` and ``until``.
+
+Once every event below ``until`` is applied to a target, a target row with
+``_dblog_pos < below`` whose key is not in ``keep`` is an orphan, and is deleted.
+
+Why this is exact. Take such a row, key ``k``, written by the event at ``p < below``.
+Every event below ``until`` is applied and the target keeps each key's newest, so the log
+has no event of ``k`` in ``(p, until)``: in the source, ``k`` held that row from ``p`` on,
+unchanged, through every read of the dump: the max-key read (so ``k <= max key``), each
+chunk's select, and a final read that found no more rows (so ``k`` is not past the last
+chunk). Hence the chunk whose range holds ``k`` read it, and no event of ``k`` fell in its
+window, so the reconciler kept it: ``k`` is in ``keep``. A row outside ``keep`` is not in
+the source at the apply's position (not even for a moment: a row about to be deleted by
+a later event is in ``keep`` too), and nothing newer than the dump can be deleted: rows
+written after ``below`` have ``_dblog_pos >= below``. (It relies on what Algorithm 1 relies on: what the
+log orders before a point is visible to a statement that starts after it.)
+
+Only ``table`` and ``all`` dumps sweep (a key-list dump deletes its missing keys itself).
+One sweep per table is kept, the newest dump's: it deletes everything an older one would.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .events import SNAPSHOT, event_arrow_schema
+from .positions import Position
+from .schema import TableSchema
+
+log = logging.getLogger(__name__)
+
+
+def orphan_sweep(rid: str, table: str, progress: dict) -> dict | None:
+    """The sweep a finished range dump of ``table`` registers, from its progress; None for
+    key-list dumps and for progress written before sweeps existed."""
+    if "head_before" not in progress or not progress.get("done"):
+        return None
+    ends = []
+    if progress.get("last_hw"):
+        hw = Position.decode(progress["last_hw"])
+        ends.append(Position(hw.log, hw.offset + 1, 0))  # past the HW transaction's snapshot rows
+    if progress.get("head_end"):
+        ends.append(Position.decode(progress["head_end"]))
+    if not ends:
+        return None
+    return {"request": rid, "table": table, "below": progress["head_before"], "until": max(ends).encode()}
+
+
+def snapshot_keys(store, schema: TableSchema, below: Position, until: Position) -> pa.Table:
+    """The key columns of every snapshot event of ``schema`` with below < pos < until, file by
+    file (only the keys are held)."""
+    ev_schema = event_arrow_schema(schema)
+    key_fields = [f for f in schema.row_struct() if f.name in schema.key]
+    parts = []
+    for path in store.files_for_range(schema.qualified, below, until):
+        data = pq.read_table(path, filesystem=store.fs, schema=ev_schema, columns=["op", "pos", "after"])
+        mask = pc.and_(pc.equal(data["op"], SNAPSHOT),
+                       pc.and_(pc.greater(data["pos"], below.encode()), pc.less(data["pos"], until.encode())))
+        after = data.filter(mask)["after"].combine_chunks()
+        if len(after):
+            parts.append(pa.table({f.name: pc.struct_field(after, f.name) for f in key_fields}))
+    if not parts:
+        return pa.schema(key_fields).empty_table()
+    return pa.concat_tables(parts)
+
+
+def sweep_table(target, target_name: str, store, state, source_name: str, schema: TableSchema) -> int | None:
+    """Run the table's pending sweep on ``target`` if the apply has reached it: the number of
+    orphans deleted, or None (no sweep pending, or not yet applied far enough)."""
+    sweep = state.pending_sweep(schema.qualified, target_name)
+    if sweep is None:
+        return None
+    below, until = Position.decode(sweep["below"]), Position.decode(sweep["until"])
+    applied = target.applied_pos(source_name, schema)
+    if applied is None or applied < until:
+        log.info("%s: orphan sweep of dump %s waits for the apply to reach %s (at %s)",
+                 schema.qualified, sweep["request"], until, applied)
+        return None
+    t0 = time.monotonic()
+    keep = snapshot_keys(store, schema, below, until)
+    deleted = target.delete_orphans(schema, source_name, keep, below, until)
+    if deleted is None:  # the checkpoint was reset meanwhile
+        return None
+    state.finish_sweep(sweep, target_name, deleted)
+    log.info("%s: orphan sweep of dump %s on %s: %d rows deleted (%d keys kept, %.1fs)", schema.qualified,
+             sweep["request"], target_name, deleted, keep.num_rows, time.monotonic() - t0)
+    return deleted
