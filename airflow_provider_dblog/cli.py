@@ -9,9 +9,8 @@ import sys
 import time
 
 from .engine.config import Config, load_config
-from .engine.dump import DumpRunner, DumpSpec, validate_spec
+from .engine.dump import DumpSpec, validate_spec
 from .engine.errors import DBLogError
-from .engine.positions import Position
 from .engine.sources import open_source
 from .engine.state import RedisState
 from .engine.store import EventStore
@@ -133,6 +132,9 @@ def status(cfg: Config, source_name: str | None = None) -> dict:
         source.close()
     except Exception as e:  # status must work while the source is down
         out["log_head_error"] = str(e)
+    # per table, the newest full dump's orphan sweep and which targets ran it (engine/sweep.py)
+    out["orphan_sweeps"] = {t: {**sw, "done_by": state.sweeps_done(t)}
+                            for t in src_cfg.tables if (sw := state.sweep(t)) is not None}
     for rid in state.requests(10):
         req = state.request(rid)
         out["requests"].append({"id": rid, "status": req["status"], "error": req.get("error", ""),

@@ -98,3 +98,43 @@ class TailThread:
             self.thread.join(60)
         if self.error:
             raise self.error
+
+
+# -- triggers --------------------------------------------------------------------------
+async def first_event(trigger, timeout: float = 30):
+    """The payload of a trigger's first event (the generator is closed after it)."""
+    import asyncio
+
+    gen = trigger.run()
+    try:
+        return (await asyncio.wait_for(gen.__anext__(), timeout)).payload
+    finally:
+        await gen.aclose()
+
+
+def first_event_while_ticking(trigger, meanwhile) -> tuple[dict, float, int]:
+    """Run ``trigger`` to its first event while ``meanwhile()`` (a coroutine function: the
+    other side, e.g. the tail) runs and a ticker counts 10 ms sleeps on the same loop.
+    Returns (payload, seconds waited, ticks): a loop the trigger never blocked ticks about
+    ``seconds / 0.01`` times."""
+    import asyncio
+
+    async def scenario():
+        ticks = 0
+        stop = asyncio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        t_tick, t_other = asyncio.create_task(ticker()), asyncio.create_task(meanwhile())
+        t0 = time.monotonic()
+        event = await first_event(trigger)
+        waited = time.monotonic() - t0
+        stop.set()
+        await asyncio.gather(t_tick, t_other)
+        return event, waited, ticks
+
+    return asyncio.run(scenario())

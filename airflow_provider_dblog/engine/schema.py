@@ -11,7 +11,7 @@ import decimal
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow as pa
 

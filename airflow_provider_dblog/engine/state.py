@@ -401,6 +401,11 @@ class RedisState:
         done = self.r.hget(self.k("sweeps_done"), f"{table}|{target}")
         return None if done and json.loads(done)["below"] >= sweep["below"] else sweep
 
+    def sweeps_done(self, table: str) -> dict[str, dict]:
+        """Per target, the last sweep of ``table`` it ran."""
+        return {f.split("|", 1)[1]: json.loads(v) for f, v in self.r.hgetall(self.k("sweeps_done")).items()
+                if f.split("|", 1)[0] == table}
+
     def finish_sweep(self, sweep: dict, target: str, deleted: int) -> None:
         """``target`` ran it: record that, and the count in the request."""
         rid, table = sweep["request"], sweep["table"]

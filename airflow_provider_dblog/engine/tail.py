@@ -22,7 +22,7 @@ from .config import TailConfig
 from .events import Event
 from .positions import Position
 from .schema import TableSchema
-from .sources.base import Idle, RowChange, Source, TxnEnd, WatermarkSeen
+from .sources.base import RowChange, Source, TxnEnd, WatermarkSeen
 from .state import RedisState
 from .store import EventStore
 

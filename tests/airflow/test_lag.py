@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 
 import pytest
 from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
@@ -19,6 +18,8 @@ from airflow_provider_dblog.exceptions import DBLogInvalidRequest
 from airflow_provider_dblog.operators.tail import DBLogTailOperator
 from airflow_provider_dblog.sensors.lag import DBLogLagSensor
 from airflow_provider_dblog.triggers.lag import TargetLagTrigger
+
+from helpers import first_event, first_event_while_ticking
 
 P = Position
 WANT = P(1, 5000, 0)
@@ -35,13 +36,6 @@ def target(setup):
     yield t
     t.close()
 
-
-async def first_event(trigger: TargetLagTrigger, timeout: float = 30):
-    gen = trigger.run()
-    try:
-        return (await asyncio.wait_for(gen.__anext__(), timeout)).payload
-    finally:
-        await gen.aclose()
 
 
 def trigger_for(setup, **kw) -> TargetLagTrigger:
@@ -80,31 +74,13 @@ def test_trigger_fires_once_the_target_reaches_the_position_without_blocking_the
     items, other = setup.tables
     trig = trigger_for(setup, position=WANT.encode())
 
-    async def scenario():
-        ticks = 0
-        stop = asyncio.Event()
+    async def the_apply():
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(target.advance_applied, "src", items, WANT)   # one table: not yet
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(target.advance_applied, "src", other, P(1, 7000, 0))
 
-        async def ticker():  # another coroutine on the same loop: it must keep running
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                await asyncio.sleep(0.01)
-
-        async def the_apply():
-            await asyncio.sleep(0.3)
-            await asyncio.to_thread(target.advance_applied, "src", items, WANT)   # one table: not yet
-            await asyncio.sleep(0.3)
-            await asyncio.to_thread(target.advance_applied, "src", other, P(1, 7000, 0))
-
-        t_tick, t_apply = asyncio.create_task(ticker()), asyncio.create_task(the_apply())
-        t0 = time.monotonic()
-        event = await first_event(trig)
-        waited = time.monotonic() - t0
-        stop.set()
-        await asyncio.gather(t_tick, t_apply)
-        return event, waited, ticks
-
-    event, waited, ticks = asyncio.run(scenario())
+    event, waited, ticks = first_event_while_ticking(trig, the_apply)
     assert event["status"] == "success", event
     assert event["applied"] == {items: WANT.encode(), other: P(1, 7000, 0).encode()}
     assert waited >= 0.55  # only after both tables were there

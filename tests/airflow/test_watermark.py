@@ -19,6 +19,8 @@ from airflow_provider_dblog.exceptions import DBLogWindowFailed
 from airflow_provider_dblog.sensors.watermark import DBLogHighWatermarkSensor
 from airflow_provider_dblog.triggers.watermark import HighWatermarkTrigger
 
+from helpers import first_event, first_event_while_ticking
+
 P = Position
 
 
@@ -50,13 +52,6 @@ def trigger_for(setup, window, **kw) -> HighWatermarkTrigger:
     return HighWatermarkTrigger(config_path=str(setup.path), source="src",
                                 window=json.loads(window.to_json()), **kw)
 
-
-async def first_event(trigger: HighWatermarkTrigger, timeout: float = 30):
-    gen = trigger.run()
-    try:
-        return (await asyncio.wait_for(gen.__anext__(), timeout)).payload
-    finally:
-        await gen.aclose()
 
 
 def redis_snapshot(setup) -> dict:
@@ -90,31 +85,13 @@ def test_trigger_fires_success_once_the_hw_is_committed_without_blocking_the_loo
     w = open_window(state)
     trig = trigger_for(setup, w)
 
-    async def scenario():
-        ticks = 0
-        stop = asyncio.Event()
+    async def the_tail():
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(commit, P(1, 120), [(w.lw, P(1, 100))])   # LW alone: not yet
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(commit, P(1, 200), [(w.hw, P(1, 150))])   # now the HW
 
-        async def ticker():  # another coroutine on the same loop: it must keep running
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                await asyncio.sleep(0.01)
-
-        async def the_tail():
-            await asyncio.sleep(0.3)
-            await asyncio.to_thread(commit, P(1, 120), [(w.lw, P(1, 100))])   # LW alone: not yet
-            await asyncio.sleep(0.3)
-            await asyncio.to_thread(commit, P(1, 200), [(w.hw, P(1, 150))])   # now the HW
-
-        t_tick, t_tail = asyncio.create_task(ticker()), asyncio.create_task(the_tail())
-        t0 = time.monotonic()
-        event = await first_event(trig)
-        waited = time.monotonic() - t0
-        stop.set()
-        await asyncio.gather(t_tick, t_tail)
-        return event, waited, ticks
-
-    event, waited, ticks = asyncio.run(scenario())
+    event, waited, ticks = first_event_while_ticking(trig, the_tail)
     assert event["status"] == "success", event
     assert event["lw"] == P(1, 100).encode() and event["hw"] == P(1, 150).encode()
     assert event["window"] == w.id

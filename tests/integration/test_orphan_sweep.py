@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from airflow_provider_dblog.cli import status
 from airflow_provider_dblog.engine.apply import apply_run
 from airflow_provider_dblog.engine.dump import DumpSpec
 from airflow_provider_dblog.engine.positions import Position
@@ -103,6 +104,8 @@ def test_full_dump_deletes_orphans_and_nothing_else(src_db, make_cdc, via):
     assert cdc.compare("items").source_rows == ROWS - 1 + writer.n - writer.n // 10
     swept = cdc.state.request(rid)[f"swept:{db}.items:tgt"]
     assert '"orphans_deleted": 2' in swept
+    shown = status(cdc.cfg)["orphan_sweeps"][f"{db}.items"]  # `dblog status`
+    assert shown["request"] == rid and shown["done_by"]["tgt"]["orphans_deleted"] == 2
     # done once per target: a later apply sweeps nothing, and a later ghost stays until the next dump
     ghost(cdc, "items", {"id": 10**9 + 1, "name": "late"})
     again = apply_run(cdc.cfg, "tgt", via=via)

@@ -1070,7 +1070,7 @@ class _RowConverter:
         self.natives = [native[c] for c in self.names]
         self.has_time = any(n.data_type == "time" for n in self.natives)
         pos = {c: i for i, c in enumerate(self.names)}
-        lines = [f"def convert(values, none_sources, fix_time):"]
+        lines = ["def convert(values, none_sources, fix_time):"]
         vs = [f"v{i}" for i in range(len(self.names))]
         lines.append(f"    {', '.join(vs)}{',' if len(vs) == 1 else ''} = values.values()")
         for i, n in enumerate(self.natives):

@@ -26,7 +26,7 @@ import operator
 import re
 import select
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import psycopg2
 import psycopg2.extras
