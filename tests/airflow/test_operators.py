@@ -391,7 +391,7 @@ def test_apply_result_through_the_spark_provider(dblog_setup, context, fake_spar
     assert op.execute(context) == result
     extra = context["outlet_events"][table_asset("src", table)].extra
     assert extra == {"target": "tgt", "status": "applied", "events": 7, "inserted": 3, "updated": 2,
-                     "deleted": 1, "position": "0000000c-0000000000000010-00000000"}
+                     "deleted": 1, "orphans_deleted": 0, "position": "0000000c-0000000000000010-00000000"}
 
 
 def test_dump_cancelled_during_the_run_is_skipped(dblog_setup, context, fake_spark_submit):
@@ -469,7 +469,7 @@ def test_small_apply_runs_in_process_with_the_same_result_and_assets(dblog_setup
     assert s.target().count(schema) == 29
     extra = context["outlet_events"][table_asset("src", table)].extra
     assert extra == {"target": "tgt", "status": "applied", "events": 32, "inserted": 29, "updated": 0,
-                     "deleted": 0, "position": r["to"]}
+                     "deleted": 0, "orphans_deleted": 0, "position": r["to"]}
     # and again: nothing to apply, still no Spark
     again = DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(context)
     assert again["via"] == "local" and again["tables"][table]["status"] == "up_to_date"
