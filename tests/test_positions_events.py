@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from airflow_provider_dblog.engine.errors import InvalidKeyError, NoPrimaryKeyError
 from airflow_provider_dblog.engine.events import (
     DELETE, INSERT, OPS, SNAPSHOT, UPDATE, Event, encode_key, encode_key_array, event_arrow_schema,
-    events_from_arrow, events_to_arrow, position_range)
+    encode_positions, events_from_arrow, events_to_arrow, position_range)
 from airflow_provider_dblog.engine.positions import POSITION_WIDTH, ZERO, Position
 from airflow_provider_dblog.engine.schema import Column, TableSchema
 
@@ -189,6 +189,21 @@ def test_position_range_equals_encoding_each(start: Position, n: int) -> None:
         return
     assert position_range(start, n).to_pylist() == \
         [start.with_seq(s).encode() for s in range(start.seq, start.seq + n)]
+
+
+@given(st.lists(positions, max_size=30))
+def test_encode_positions_equals_encoding_each(ps: list[Position]) -> None:
+    cols = [[p[i] for p in ps] for i in range(3)]
+    assert encode_positions(*cols).to_pylist() == [p.encode() for p in ps]
+
+
+@pytest.mark.parametrize("bad", [(-1, 0, 0), (0, -5, 0), (0, 0, U32 + 1), (U32 + 1, 0, 0), (0, U64 + 1, 0)])
+def test_encode_positions_refuses_what_encode_refuses(bad: tuple) -> None:
+    cols = [[1, v] for v in bad]  # the bad position second, after a good one
+    with pytest.raises(ValueError):
+        Position(*bad).encode()
+    with pytest.raises(ValueError, match=r"negative position|does not fit"):
+        encode_positions(*cols)
 
 
 def test_position_range() -> None:
