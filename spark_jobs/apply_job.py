@@ -7,7 +7,10 @@ For each table: the batch is every event with ``applied <= pos < frontier``, whe
 applied) and ``frontier`` is RedisState.frontier() (below it the log is final: no
 snapshot can still land there). Spark reads the table's Parquet files of that
 range, keeps the latest event per key, flattens it to the table's columns plus
-``_dblog_op`` / ``_dblog_pos``, writes it to a stage table over JDBC, and
+``_dblog_op`` / ``_dblog_pos`` and writes that as Parquet; the driver streams the
+files into a stage table with ``COPY`` (engine/targets/pg_copy.py, the formatter the
+in-process apply uses: no value crosses JDBC as a Java date or timestamp, whose
+hybrid Julian calendar would shift dates before 1582), and
 PostgresTarget.merge_from_stage merges it and moves the checkpoint to the
 frontier in one transaction. Batches follow each other in position order, so a
 delete is never undone by an older snapshot, and a replayed batch changes nothing.
@@ -39,6 +42,7 @@ from airflow_provider_dblog.engine.apply import (  # noqa: E402
     plan_table,
     resolve_tables,
     run_result,
+    stage_and_merge,
     with_sweep,
 )
 from spark_jobs.common import event_spark_schema, load, run_job, spark_session  # noqa: E402
@@ -93,13 +97,10 @@ class Applier:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        from airflow_provider_dblog.engine.targets import stage_table_name
-
         batch = plan_table(self.target, self.store, self.state, self.source_name, schema)
         if batch.result is not None:
             return batch.result | {"via": SPARK}
-        out, table, files, lo, hi, frontier = (batch.out, schema.qualified, batch.files, batch.lo,
-                                               batch.hi, batch.frontier)
+        table, files, lo, hi = schema.qualified, batch.files, batch.lo, batch.hi
         self.spark  # noqa: B018 - start the session outside the batch's timings
         t0 = time.monotonic()
         uris = self.file_uris(table, files)
@@ -109,32 +110,20 @@ class Applier:
         by_key = Window.partitionBy("key").orderBy(F.col("pos").desc())
         latest = (read_events(self.spark, schema, uris, lo, hi)
                   .withColumn("_rn", F.row_number().over(by_key))
-                  .where(F.col("_rn") == 1))
+                  .where((F.col("_rn") == 1) & F.col("error").isNull()))   # see apply.flatten
         image = F.when(F.col("op") == "delete", F.col("before")).otherwise(F.col("after"))
         flat = latest.select(*[image.getField(c).alias(c) for c in schema.column_names],
                              F.col("op").alias("_dblog_op"), F.col("pos").alias("_dblog_pos"))
-        stage = stage_table_name(schema, self.run_id)
-        self.target.create_stage(schema, stage)
+        stage_uri = self.store.stage_uri(table, self.run_id)
+        t1 = time.monotonic()
+        flat.write.mode("overwrite").parquet(stage_uri)
+        t_spark = time.monotonic() - t1
         try:
-            url, props = self.target.jdbc()
-            t1 = time.monotonic()
-            flat.write.mode("append").jdbc(url, self.target.qualified_stage(stage), properties=props)
-            t_stage = time.monotonic() - t1
-            t2 = time.monotonic()
-            res = self.target.merge_from_stage(schema, stage, self.source_name, frontier, drop_stage=True)
-            t_merge = time.monotonic() - t2
-        except BaseException:
-            try:
-                self.target.drop_stage(stage)
-            except Exception:  # noqa: BLE001 - the original error matters more
-                log.exception("could not drop stage table %s", stage)
-            raise
-        out["rows"] = res.staged
-        secs = time.monotonic() - t0
-        out.update(inserted=res.inserted, updated=res.updated, deleted=res.deleted, stale=res.stale,
-                   status="applied", seconds=round(secs, 3),
-                   stage_s=round(t_stage, 3), merge_s=round(t_merge, 3),
-                   rows_per_s=round(out["events"] / secs, 1) if secs > 0 else None, via=SPARK)
+            out = stage_and_merge(self.target, batch, self.store.read_stage(table, self.run_id),
+                                  self.source_name, self.run_id, t0)
+        finally:
+            self.store.remove_stage(table, self.run_id)
+        out.update(spark_s=round(t_spark, 3), via=SPARK)
         log.info("%s: applied %s", table, out)
         return out
 
@@ -156,9 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
     state = RedisState(cfg.redis_url, cfg.state_prefix, scfg.name)
     store = EventStore(cfg.storage_root, scfg.name)
     target = open_target(tcfg)
-    # keep the shuffle's partitions: each one is a parallel JDBC writer into the stage
-    applier = Applier(lambda: spark_session(f"dblog-apply-{tcfg.name}", conf={
-        "spark.sql.adaptive.coalescePartitions.enabled": "false"}), target, store, state, scfg.name)
+    applier = Applier(lambda: spark_session(f"dblog-apply-{tcfg.name}"), target, store, state, scfg.name)
     results: dict[str, dict] = {}
     try:
         for t in tables:

@@ -116,14 +116,18 @@ def spark_type(logical: str):
 
     from pyspark.sql import types as T
 
+    from airflow_provider_dblog.engine.schema import is_text_carried
+
     m = re.match(r"^decimal\((\d+),(\d+)\)$", logical)
     if m:
         return T.DecimalType(int(m.group(1)), int(m.group(2)))
+    if is_text_carried(logical):
+        return T.StringType()
     return {
         "bool": T.BooleanType(), "int8": T.ByteType(), "int16": T.ShortType(),
         "int32": T.IntegerType(), "int64": T.LongType(), "float32": T.FloatType(),
-        "float64": T.DoubleType(), "string": T.StringType(), "json": T.StringType(),
-        "binary": T.BinaryType(), "date": T.DateType(), "timestamp": T.TimestampNTZType(),
+        "float64": T.DoubleType(), "binary": T.BinaryType(), "date": T.DateType(),
+        "timestamp": T.TimestampNTZType(), "timestamptz": T.TimestampType(),
     }[logical]
 
 
@@ -146,17 +150,18 @@ def event_spark_schema(table: TableSchema):
         T.StructField("after", row, True),
         T.StructField("pos", T.StringType(), False),
         T.StructField("source_ts", T.LongType(), False),
+        T.StructField("error", T.StringType(), True),
     ])
 
 
-def conform_columns(df, table: TableSchema) -> list:
-    """Columns of ``df`` cast to the table's logical types where Spark read them otherwise.
-
-    MySQL TIMESTAMP comes as a session-time-zone timestamp even with
-    preferTimestampNTZ (DATETIME comes naive): cast to naive in the UTC session.
-    Casts run in Spark's ANSI mode, so a value that does not fit fails the chunk.
+def conform_columns(df, table: TableSchema, as_text: set[str] = frozenset()) -> list:
+    """Columns of ``df`` cast to the table's logical types where Spark read them otherwise;
+    the columns of ``as_text`` (selected as text, parsed after the read by the source's
+    ``conform_chunk``) stay text. Casts run in Spark's ANSI mode, so a value that does
+    not fit fails the chunk.
     """
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     have = dict(df.dtypes)
     types = {f.name: f.dataType for f in df.schema.fields}
@@ -164,7 +169,7 @@ def conform_columns(df, table: TableSchema) -> list:
     for c in table.columns:
         if c.name not in have:
             raise ValueError(f"{table.qualified}: column {c.name!r} missing from {list(have)}")
-        want = spark_type(c.type)
+        want = T.StringType() if c.name in as_text else spark_type(c.type)
         out.append(F.col(f"`{c.name}`") if types[c.name] == want
                    else F.col(f"`{c.name}`").cast(want).alias(c.name))
     return out
@@ -189,9 +194,10 @@ class SparkChunkReader:
 
     ``source`` needs ``jdbc() -> (url, properties)`` and ``jdbc_table(qualified)``.
     The rows go to Parquet at ``dest_uri`` (overwritten, so a redone chunk replaces
-    its rows) and come back as a pyarrow table; the reconciler casts them to the
-    table's logical types. DATETIME/TIMESTAMP columns are read as naive timestamps
-    (``preferTimestampNTZ``): no time-zone shift anywhere.
+    its rows) and come back as a pyarrow table in the table's logical types
+    (``source.conform_chunk``). Dates, timestamps and numerics are selected as text
+    (the source's ``select_expr``) and parsed in Python by engine/values.py, as on
+    every other path: no value is ever a ``java.sql`` date, so no Julian calendar.
     """
 
     def __init__(self, spark, source, write_partitions: int | None = None):
@@ -211,12 +217,14 @@ class SparkChunkReader:
         t0 = time.monotonic()
         df = self.spark.read.jdbc(url, self.source.jdbc_table(table.qualified),
                                   predicates=list(predicates), properties=props)
-        df = df.select(*conform_columns(df, table))
+        native = self.source.native_columns(table.qualified)
+        as_text = {c for c in table.column_names if self.source.text_parsed(native[c])}
+        df = df.select(*conform_columns(df, table, as_text))
         if self.write_partitions:
             df = df.coalesce(self.write_partitions)
         df.write.mode("overwrite").parquet(dest_uri)
         t1 = time.monotonic()
-        data = read_parquet_arrow(dest_uri)
+        data = self.source.conform_chunk(table, read_parquet_arrow(dest_uri))
         self.last_stats = {"rows": data.num_rows, "partitions": len(predicates),
                            "spark_s": round(t1 - t0, 3), "readback_s": round(time.monotonic() - t1, 3)}
         return data

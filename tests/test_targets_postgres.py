@@ -130,7 +130,7 @@ def test_database_and_tables_created(target, pg_endpoint):
     assert cols["amount"][:3] == ("numeric", 12, 2)
     assert cols["created"][0] == "timestamp without time zone" and cols["created"][4] == 6
     assert cols["day"][0] == "date" and cols["blob"][0] == "bytea" and cols["flag"][0] == "boolean"
-    assert cols["small"][0] == "smallint" and cols["doc"][0] == "text" and cols["note"][3] == "YES"
+    assert cols["small"][0] == "smallint" and cols["doc"][0] == "json" and cols["note"][3] == "YES"
     assert cols["_dblog_pos"][0] == "text" and cols["_dblog_pos"][3] == "NO" and cols["_dblog_pos"][5] == "C"
     assert target.applied_pos(SOURCE, ORDERS) is None
     assert target.count(ORDERS) == 0

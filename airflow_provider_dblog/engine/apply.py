@@ -22,13 +22,12 @@ No Spark and no Airflow here.
 """
 from __future__ import annotations
 
-import io
 import json
 import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,11 +38,11 @@ from .config import Config, SourceConfig, TargetConfig
 from .events import DELETE, event_arrow_schema
 from .positions import Position
 from .schema import TableSchema
+from .targets.pg_copy import copy_rows
 
 log = logging.getLogger(__name__)
 
 LOCAL, SPARK = "local", "spark"
-COPY_PAGE_ROWS = 20_000
 
 
 # -- what a run applies ------------------------------------------------------------------
@@ -99,6 +98,7 @@ class Batch:
     out: dict = field(default_factory=dict)
     result: dict | None = None
     started: float = field(default_factory=time.monotonic)
+    held: dict | None = None   # {"at": pos, "error": why}: the batch stops before an uncarried value
 
     @property
     def lo(self) -> str:
@@ -136,11 +136,47 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     b.files = store.files_for_range(table, applied, frontier)
     b.out["files"] = len(b.files)
     if b.files:
+        at, why = held_at(store, b.files, b.lo, b.hi)
+        if at is not None:
+            # stop before the first event no target can take; the rest waits until a later
+            # event of that row (a fix at the source, a re-dump) makes it moot
+            b.held = {"at": at.encode(), "error": why}
+            b.out["held"] = b.held
+            log.warning("%s: apply held at %s: %s", table, at, why)
+            if applied is not None and at <= applied:
+                b.result = b.finish("held")
+                return b
+            b.frontier = at
+            b.out["to"] = at.encode()
         b.events = b.out["events"] = events_in_range(store, b.files, b.lo, b.hi)
     if not b.events:
-        target.advance_applied(source_name, schema, frontier)
-        b.result = b.finish("empty")
+        target.advance_applied(source_name, schema, b.frontier)
+        b.result = b.finish("held" if b.held else "empty")
     return b
+
+
+def held_at(store, files: list[str], lo: str, hi: str) -> tuple[Position | None, str | None]:
+    """Where a batch ``lo <= pos < hi`` must stop so that no event whose values could not
+    be carried (``error`` set, engine/values.py) reaches a target: (None, None) when none
+    would. A key's latest event in the batch is what a target gets, so the batch ends
+    before the earliest such event that is its key's latest; a later event of the same key
+    (the row fixed at the source, or a re-dump) lets it pass. A delete needs only its key,
+    and one whose key could not be carried deletes nothing: those pass (and are dropped)."""
+    parts = [pq.read_table(f, columns=["error"], filesystem=store.fs) for f in files]
+    if not any(p["error"].null_count < p.num_rows for p in parts):
+        return None, None
+    cols = ["key", "op", "pos", "error"]
+    data = pa.concat_tables([pq.read_table(f, columns=cols, filesystem=store.fs) for f in files])
+    data = data.filter(pc.and_(pc.greater_equal(data["pos"], lo), pc.less(data["pos"], hi)))
+    ceiling, why = hi, None
+    while True:
+        latest = latest_per_key(data.filter(pc.less(data["pos"], ceiling)))
+        bad = latest.filter(pc.and_(pc.is_valid(latest["error"]), pc.not_equal(latest["op"], DELETE)))
+        if bad.num_rows == 0:
+            break
+        first = bad.sort_by([("pos", "ascending")]).slice(0, 1).to_pylist()[0]
+        ceiling, why = first["pos"], first["error"]
+    return (None, None) if why is None else (Position.decode(ceiling), why)
 
 
 def pending_events(target, store, state, source_name: str, tables: list[str],
@@ -221,43 +257,9 @@ def flatten(schema: TableSchema, latest: pa.Table) -> pa.Table:
         cols[c] = pc.if_else(is_delete, pc.struct_field(before, c), pc.struct_field(after, c))
     cols[OP_COLUMN] = latest["op"]
     cols[POS_COLUMN] = latest["pos"]
-    return pa.table(cols)
-
-
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
-
-
-def _copy_text(v) -> str:
-    """One value in COPY's text format (exact: no value goes through a lossy conversion)."""
-    if v is None:
-        return "\\N"
-    if isinstance(v, bool):
-        return "t" if v else "f"
-    if isinstance(v, (bytes, bytearray)):
-        return "\\\\x" + bytes(v).hex()
-    if isinstance(v, float):
-        return repr(v)  # shortest round-trip form; 'nan', 'inf' and '-inf' are accepted
-    if isinstance(v, str):
-        return v.translate(_COPY_ESCAPES)
-    if hasattr(v, "isoformat"):  # datetime (naive, microseconds) and date
-        return v.isoformat(sep=" ") if hasattr(v, "hour") else v.isoformat()
-    return str(v)  # int, Decimal (exact)
-
-
-def copy_rows(cur, qualified_table: sql.Composable, flat: pa.Table, page_rows: int = COPY_PAGE_ROWS) -> int:
-    """``COPY`` the rows of ``flat`` into a table of the same column names, in pages."""
-    stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        qualified_table, sql.SQL(", ").join(sql.Identifier(c) for c in flat.column_names))
-    n = 0
-    for batch in flat.to_batches(max_chunksize=page_rows):
-        buf = io.StringIO()
-        for row in zip(*(col.to_pylist() for col in batch.columns)):
-            buf.write("\t".join(map(_copy_text, row)))
-            buf.write("\n")
-        buf.seek(0)
-        cur.copy_expert(stmt, buf)
-        n += batch.num_rows
-    return n
+    # a latest event with an error below the batch's end (held_at) is a delete whose key
+    # could not be carried: no target row has that key
+    return pa.table(cols).filter(pc.is_null(latest["error"]))
 
 
 class LocalApplier:
@@ -282,37 +284,48 @@ class LocalApplier:
         return self.apply_batch(batch)
 
     def apply_batch(self, batch: Batch) -> dict:
-        from .targets import stage_table_name
-
-        schema, target = batch.schema, self.target
         t0 = time.monotonic()
-        flat = flatten(schema, latest_per_key(self.read_batch(batch)))
+        flat = flatten(batch.schema, latest_per_key(self.read_batch(batch)))
         t_read = time.monotonic() - t0
-        stage = stage_table_name(schema, self.run_id)
-        target.create_stage(schema, stage)
-        try:
-            t1 = time.monotonic()
-            with target.conn, target.conn.cursor() as cur:
-                copy_rows(cur, sql.SQL("{}.{}").format(sql.Identifier(target.schema), sql.Identifier(stage)), flat)
-            t_stage = time.monotonic() - t1
-            t2 = time.monotonic()
-            res = target.merge_from_stage(schema, stage, self.source_name, batch.frontier, drop_stage=True)
-            t_merge = time.monotonic() - t2
-        except BaseException:
-            try:
-                target.drop_stage(stage)
-            except Exception:  # noqa: BLE001 - the original error matters more
-                log.exception("could not drop stage table %s", stage)
-            raise
-        secs = time.monotonic() - t0
-        out = batch.out | {"rows": res.staged, "inserted": res.inserted, "updated": res.updated,
-                           "deleted": res.deleted, "stale": res.stale, "status": "applied",
-                           "seconds": round(secs, 3), "read_s": round(t_read, 3),
-                           "stage_s": round(t_stage, 3), "merge_s": round(t_merge, 3),
-                           "rows_per_s": round(batch.events / secs, 1) if secs > 0 else None,
-                           "via": LOCAL}
-        log.info("%s: applied locally %s", schema.qualified, out)
+        out = stage_and_merge(self.target, batch, flat, self.source_name, self.run_id, t0)
+        out.update(read_s=round(t_read, 3), via=LOCAL)
+        log.info("%s: applied locally %s", batch.schema.qualified, out)
         return out
+
+
+def stage_and_merge(target, batch: Batch, flat: pa.Table | Iterable[pa.Table], source_name: str,
+                    run_id: str, started: float) -> dict:
+    """The end of a batch on either path: ``COPY`` the flattened rows (one table, or pages
+    of it) into a new stage table, then ``merge_from_stage`` (rows and checkpoint in one
+    transaction). Returns the batch's result counts."""
+    from .targets import stage_table_name
+
+    schema = batch.schema
+    stage = stage_table_name(schema, run_id)
+    target.create_stage(schema, stage)
+    try:
+        t1 = time.monotonic()
+        name = sql.SQL("{}.{}").format(sql.Identifier(target.schema), sql.Identifier(stage))
+        with target.conn, target.conn.cursor() as cur:
+            for page in ([flat] if isinstance(flat, pa.Table) else flat):
+                copy_rows(cur, name, page)
+        t_stage = time.monotonic() - t1
+        t2 = time.monotonic()
+        res = target.merge_from_stage(schema, stage, source_name, batch.frontier, drop_stage=True)
+        t_merge = time.monotonic() - t2
+    except BaseException:
+        try:
+            target.drop_stage(stage)
+        except Exception:  # noqa: BLE001 - the original error matters more
+            log.exception("could not drop stage table %s", stage)
+        raise
+    secs = time.monotonic() - started
+    return batch.out | {"rows": res.staged, "inserted": res.inserted, "updated": res.updated,
+                        "deleted": res.deleted, "stale": res.stale,
+                        "status": "held" if batch.held else "applied",
+                        "seconds": round(secs, 3), "stage_s": round(t_stage, 3),
+                        "merge_s": round(t_merge, 3),
+                        "rows_per_s": round(batch.events / secs, 1) if secs > 0 else None}
 
 
 def apply_local(config: Config, target_name: str | None = None, tables: str | list[str] | None = None,

@@ -111,6 +111,9 @@ class SourceConfig:
     watermark_namespace: str = "dblog"
     slot: str = ""
     publication: str = ""
+    # MySQL zero dates ('0000-00-00', '2024-00-10'): "refuse" (hold the table's apply,
+    # name the value) or "null" (carry them as NULL, a choice the user makes knowingly)
+    zero_dates: str = "refuse"
 
     def table(self, qualified: str) -> str:
         if qualified not in self.tables:
@@ -256,7 +259,8 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
             server_id=int(d.get("server_id", 4242)),
             watermark_namespace=check_identifier(d.get("watermark_namespace", "dblog")),
             slot=str(d.get("slot", f"dblog_{name}")),
-            publication=str(d.get("publication", f"dblog_{name}")))
+            publication=str(d.get("publication", f"dblog_{name}")),
+            zero_dates=_choice(d.get("zero_dates", "refuse"), ("refuse", "null"), f"{where}.zero_dates"))
     if not sources:
         raise ConfigError("config: no sources configured")
     targets = {}
@@ -292,6 +296,12 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
         dump=_section(DumpConfig, raw.get("dump"), "dump"),
         tail=_section(TailConfig, raw.get("tail"), "tail"), path=path,
         apply=_section(ApplyConfig, raw.get("apply"), "apply"))
+
+
+def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:
+    if value not in allowed:
+        raise ConfigError(f"{where} must be one of {', '.join(allowed)}, not {value!r}")
+    return value
 
 
 def load_config(path: str | os.PathLike, env: Mapping[str, str] | None = None) -> Config:

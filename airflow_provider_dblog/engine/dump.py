@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from .config import DumpConfig
 from .errors import ConfigError, DumpCancelledError, DumpPausedError, InvalidKeyError
-from .events import encode_key, encode_scalar
+from .events import encode_scalar
 from .positions import ZERO
 from .reconcile import reconcile
 from .schema import TableSchema
@@ -84,7 +84,8 @@ def validate_spec(source: Source, spec: DumpSpec, defaults: DumpConfig) -> DumpS
         if len(spec.keys) > MAX_KEYS:
             raise InvalidKeyError(f"at most {MAX_KEYS:,} keys per request; split the list")
         schema = source.table_schema(tables[0])
-        parsed = dict.fromkeys(schema.parse_key(k) for k in spec.keys)  # drop repeats, keep order
+        parsed = source.canonical_keys(schema, [schema.parse_key(k) for k in spec.keys])
+        parsed = dict.fromkeys(parsed)  # drop repeats, keep order
         keys = [[encode_scalar(v) for v in k] for k in parsed]
     elif spec.scope == "where":
         # the condition picks the keys now (a bound, read-only select); their rows are
@@ -217,7 +218,7 @@ class DumpRunner:
             # the log head before the max key read bounds the orphan sweep (sweep.py)
             before, _ = self.source.current_resume()
             top = self.source.max_key(schema)
-            progress = {"max_key": encode_key(top) if top is not None else None, "last_key": None,
+            progress = {"max_key": schema.encode_key(top) if top is not None else None, "last_key": None,
                         "chunks": 0, "rows": 0, "dropped": 0, "started_at": time.time(),
                         "head_before": before.encode()}
             self.state.save_progress(rid, schema.qualified, progress)
@@ -229,7 +230,7 @@ class DumpRunner:
         if plan is None:  # the rows up to the max key are gone
             return self._table_done(rid, schema, progress, end_read=True)
         return ChunkTask(rid, schema.qualified, predicates=self.source.range_predicates(schema, plan),
-                         end=encode_key(plan.end), last=plan.end == upto)
+                         end=schema.encode_key(plan.end), last=plan.end == upto)
 
     def _next_keys(self, rid: str, spec: DumpSpec, schema: TableSchema) -> ChunkTask | None:
         progress = self.state.progress(rid, schema.qualified)
@@ -293,7 +294,8 @@ class DumpRunner:
             self.state.close_window(window, "failed", {"error": f"{type(e).__name__}: {e}"})
             raise
         if rows is None:
-            rows = self.store.read_chunk(task.request, task.table, window.id)
+            # as selected: a Spark chunk's text columns are parsed here (conform_chunk)
+            rows = self.source.conform_chunk(schema, self.store.read_chunk(task.request, task.table, window.id))
         requested = [schema.parse_key(k) for k in task.keys] if task.keys is not None else None
         in_window = self.store.read_range(schema, lw, hw)
         result = reconcile(schema, rows, in_window, hw, requested_keys=requested)

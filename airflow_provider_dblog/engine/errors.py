@@ -51,3 +51,14 @@ class DumpPausedError(DBLogError):
 
 class LeaseLostError(DBLogError):
     """Another tail holds the leader lease; this one must stop without writing."""
+
+
+class UncarriedValueError(DBLogError, ValueError):
+    """A value that no target could hold exactly (a MySQL zero date, a timestamp past
+    Arrow's range, a NUL character for a PostgreSQL text column). It never becomes a
+    silent NULL: the event says so, and the table's apply holds before it."""
+
+
+class ZeroDateError(UncarriedValueError):
+    """A MySQL zero date (or one with a zero part): carried as NULL only when the source's
+    ``zero_dates`` setting says so."""

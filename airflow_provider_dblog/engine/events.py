@@ -18,35 +18,48 @@ import pyarrow.compute as pc
 
 from .positions import Position
 from .schema import TableSchema
+from .values import FarDate, FarTimestamp, from_arrow, numeric_key, numeric_text, to_arrow
 
 INSERT, UPDATE, DELETE, SNAPSHOT = "insert", "update", "delete", "snapshot"
 OPS = (INSERT, UPDATE, DELETE, SNAPSHOT)
 
 
-def _canonical(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, str)):
+def _canonical(value: Any, logical: str | None = None) -> Any:
+    """One JSON value per key value, equal exactly when the database's values are equal."""
+    if value is None or isinstance(value, (bool, int)):
         return value
+    if isinstance(value, str):
+        # numeric columns carry their text with its own scale: 1.50 and 1.5 are one key
+        return numeric_key(value) if logical and logical.startswith("numeric") else value
     if isinstance(value, float):
-        return repr(value)
+        return "0.0" if value == 0 else repr(value)   # -0.0 and 0.0 are one key
     if isinstance(value, decimal.Decimal):
-        # one string per number: 1.5 == 1.50, and -0.00 == 0
-        v = value.normalize()
+        # one string per number: 1.5 == 1.50, and -0.00 == 0 (a context as wide as the
+        # value: the default one rounds to 28 digits, and two keys would become one)
+        if not value.is_finite():
+            return numeric_text(value)
+        v = value.normalize(decimal.Context(prec=max(len(value.as_tuple().digits), 1)))
         return "0" if v.is_zero() else format(v, "f")
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+    if isinstance(value, (dt.datetime, dt.date, dt.time, FarDate, FarTimestamp)):
+        if isinstance(value, dt.datetime) and value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
         return value.isoformat()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "0x" + bytes(value).hex()
     raise TypeError(f"unsupported key value type {type(value).__name__}")
 
 
-def encode_scalar(value: Any) -> Any:
+def encode_scalar(value: Any, logical: str | None = None) -> Any:
     """A key value as JSON can hold it; TableSchema.parse_key reads it back."""
-    return _canonical(value)
+    return _canonical(value, logical)
 
 
-def encode_key(values: Sequence[Any]) -> str:
-    """The canonical string of a key tuple: equal keys give equal strings."""
-    return json.dumps([_canonical(v) for v in values], separators=(",", ":"))
+def encode_key(values: Sequence[Any], types: Sequence[str] | None = None) -> str:
+    """The canonical string of a key tuple: equal keys give equal strings. ``types``
+    (the key columns' logical types) matter for numeric columns carried as text."""
+    if types is None:
+        return json.dumps([_canonical(v) for v in values], separators=(",", ":"))
+    return json.dumps([_canonical(v, t) for v, t in zip(values, types)], separators=(",", ":"))
 
 
 # JSON needs no escaping for printable ASCII other than '"' and '\\'
@@ -68,17 +81,30 @@ def _key_part_fast(col: pa.Array) -> pa.Array | None:
     return None
 
 
-def encode_key_array(columns: Sequence[pa.Array]) -> pa.Array:
+def encode_key_array(columns: Sequence[pa.Array], types: Sequence[str] | None = None) -> pa.Array:
     """``encode_key`` of every row of the key columns, as one string array.
 
     Integer and plain-ASCII text keys (nearly every primary key) are encoded in
     Arrow; a dump chunk of 100k rows would otherwise spend seconds in Python here.
     """
     columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
-    parts = [_key_part_fast(c) for c in columns]
+    types = list(types) if types is not None else [None] * len(columns)
+    parts = [None if t and t.startswith("numeric") else _key_part_fast(c) for c, t in zip(columns, types)]
     if columns and all(p is not None for p in parts):
         return pc.binary_join_element_wise("[", *_interleave(parts, ","), "]", "")
-    return pa.array([encode_key(vals) for vals in zip(*(c.to_pylist() for c in columns))], pa.string())
+    values = [from_arrow(_logical_of(c.type, t), c) for c, t in zip(columns, types)]
+    return pa.array([encode_key(vals, types) for vals in zip(*values)], pa.string())
+
+
+def _logical_of(arrow: pa.DataType, logical: str | None) -> str:
+    """For from_arrow: the logical type, or what the Arrow type says when it is unknown."""
+    if logical:
+        return logical
+    if pa.types.is_timestamp(arrow):
+        return "timestamp"
+    if pa.types.is_date32(arrow):
+        return "date"
+    return ""
 
 
 def _interleave(parts: list[pa.Array], sep: str) -> list:
@@ -142,6 +168,9 @@ class Event(NamedTuple):
     after: dict | None
     pos: Position
     source_ts: int = 0  # milliseconds since the epoch, as the source reports it
+    # why a value of this event could not be carried (that column is null in the image);
+    # the apply never lets such an event reach a target (engine/apply.py: held_at)
+    error: str | None = None
 
     @property
     def row(self) -> dict | None:
@@ -159,7 +188,18 @@ def event_arrow_schema(table: TableSchema) -> pa.Schema:
         pa.field("after", row),
         pa.field("pos", pa.string(), nullable=False),
         pa.field("source_ts", pa.int64(), nullable=False),
+        pa.field("error", pa.string()),
     ])
+
+
+def images_to_arrow(table: TableSchema, images: list[dict | None]) -> pa.StructArray:
+    """Row images as a struct array, built column by column: the path for values that
+    pyarrow's own conversion does not take (FarDate/FarTimestamp, numeric text)."""
+    row = table.row_struct()
+    mask = pa.array([img is None for img in images], pa.bool_())
+    cols = [to_arrow(c.type, [None if img is None else img.get(c.name) for img in images])
+            for c in table.columns]
+    return pa.StructArray.from_arrays(cols, fields=list(row), mask=mask)
 
 
 def events_to_arrow(table: TableSchema, events: Iterable[Event]) -> pa.Table:
@@ -167,10 +207,13 @@ def events_to_arrow(table: TableSchema, events: Iterable[Event]) -> pa.Table:
     schema = event_arrow_schema(table)
     keys = [e.key for e in events]
     key = None
+    logical = table.key_types
     key_types = [table.column(k).arrow_type for k in table.key]
     fast = {t: (int if pa.types.is_integer(t) else str if pa.types.is_string(t) else None)
             for t in key_types}
-    if events and all(fast[t] is not None for t in key_types) and all(len(k) == len(key_types) for k in keys):
+    if (events and all(fast[t] is not None for t in key_types)
+            and not any(t.startswith("numeric") for t in logical)
+            and all(len(k) == len(key_types) for k in keys)):
         # nearly every primary key: exact ints or text, encoded in Arrow
         # (encode_key_array itself falls back to encode_key for text that needs escaping)
         cols = [[k[i] for k in keys] for i in range(len(key_types))]
@@ -180,10 +223,10 @@ def events_to_arrow(table: TableSchema, events: Iterable[Event]) -> pa.Table:
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
                 key = None
     if key is None:
-        key = [encode_key(k) for k in keys]
+        key = [encode_key(k, logical) for k in keys]
     pos = encode_positions([e.pos[0] for e in events], [e.pos[1] for e in events],
                            [e.pos[2] for e in events])
-    return pa.Table.from_pydict({
+    columns = {
         "table": [e.table for e in events],
         "op": [e.op for e in events],
         "key": key,
@@ -191,13 +234,41 @@ def events_to_arrow(table: TableSchema, events: Iterable[Event]) -> pa.Table:
         "after": [e.after for e in events],
         "pos": pos,
         "source_ts": [e.source_ts for e in events],
-    }, schema=schema)
+        "error": [e.error for e in events],
+    }
+    try:
+        return pa.Table.from_pydict(columns, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+        columns["before"] = images_to_arrow(table, columns["before"])
+        columns["after"] = images_to_arrow(table, columns["after"])
+        return pa.Table.from_pydict(columns, schema=schema)
+
+
+def rows_from_arrow(table: TableSchema, rows: pa.StructArray | pa.ChunkedArray) -> list[dict | None]:
+    """Row images (a struct column of the event log) as Python dicts of logical values."""
+    if isinstance(rows, pa.ChunkedArray):
+        rows = rows.combine_chunks()
+    valid = rows.is_valid().to_pylist()
+    cols = {c.name: from_arrow(c.type, rows.field(c.name)) for c in table.columns}
+    return [{n: v[i] for n, v in cols.items()} if ok else None for i, ok in enumerate(valid)]
+
+
+def rows_of(table: TableSchema, data: pa.Table) -> list[dict]:
+    """The rows of a table of the row columns (chunk rows, select_keys) as Python dicts of
+    logical values (a timestamptz naive in UTC, out-of-range dates as FarDate, ...);
+    columns other than the table's (ERROR_COLUMN) are left out."""
+    cols = {c.name: from_arrow(c.type, data[c.name]) for c in table.columns}
+    return [{n: v[i] for n, v in cols.items()} for i in range(data.num_rows)]
 
 
 def events_from_arrow(table: TableSchema, data: pa.Table) -> list[Event]:
+    before = rows_from_arrow(table, data["before"])
+    after = rows_from_arrow(table, data["after"])
+    errors = data["error"].to_pylist() if "error" in data.column_names else [None] * data.num_rows
     out = []
-    for r in data.to_pylist():
-        image = r["after"] if r["after"] is not None else r["before"]
-        out.append(Event(r["table"], r["op"], table.key_of(image), r["before"], r["after"],
-                         Position.decode(r["pos"]), r["source_ts"]))
+    for i, (t, op, pos, ts) in enumerate(zip(data["table"].to_pylist(), data["op"].to_pylist(),
+                                             data["pos"].to_pylist(), data["source_ts"].to_pylist())):
+        image = after[i] if after[i] is not None else before[i]
+        out.append(Event(t, op, table.key_of(image), before[i], after[i], Position.decode(pos), ts,
+                         errors[i]))
     return out

@@ -13,7 +13,7 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .events import DELETE, SNAPSHOT, encode_key, encode_key_array, event_arrow_schema, position_range
+from .events import DELETE, SNAPSHOT, images_to_arrow, event_arrow_schema, position_range
 from .positions import Position
 from .schema import TableSchema
 
@@ -27,17 +27,25 @@ class ReconcileResult:
     missing: list[tuple] = field(default_factory=list)  # requested keys absent at HW
 
 
+# the chunk rows' optional column naming values that could not be carried (values.py)
+ERROR_COLUMN = "_dblog_error"
+
+
 def conform_rows(table: TableSchema, rows: pa.Table) -> pa.Table:
-    """Chunk rows in the table's column order and logical types, sorted by key."""
+    """Chunk rows in the table's column order and logical types (plus ERROR_COLUMN),
+    sorted by key."""
     missing = set(table.column_names) - set(rows.column_names)
     if missing:
         raise ValueError(f"chunk of {table.qualified} lacks columns {sorted(missing)}")
+    errors = (rows[ERROR_COLUMN] if ERROR_COLUMN in rows.column_names
+              else pa.nulls(rows.num_rows, pa.string()))
     rows = rows.select(table.column_names).cast(pa.schema(list(table.row_struct())))
+    rows = rows.append_column(ERROR_COLUMN, errors)
     return rows.sort_by([(k, "ascending") for k in table.key])
 
 
 def row_keys(table: TableSchema, rows: pa.Table) -> pa.Array:
-    return encode_key_array([rows[k] for k in table.key])
+    return table.key_array([rows[k] for k in table.key])
 
 
 def _before_keys(table: TableSchema, events: pa.Table) -> set[str]:
@@ -47,7 +55,7 @@ def _before_keys(table: TableSchema, events: pa.Table) -> set[str]:
     if before is None or before.null_count == len(before):
         return set()
     before = before.filter(before.is_valid())
-    return set(encode_key_array([before.field(k) for k in table.key]).to_pylist())
+    return set(table.key_array([before.field(k) for k in table.key]).to_pylist())
 
 
 def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: Position,
@@ -64,7 +72,7 @@ def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: 
     if requested_keys is not None:
         found = set(keys.to_pylist())
         missing = [key for key in requested_keys
-                   if encode_key(key) not in found and encode_key(key) not in changed]
+                   if table.encode_key(key) not in found and table.encode_key(key) not in changed]
 
     schema = event_arrow_schema(table)
     row_type = table.row_struct()
@@ -79,6 +87,7 @@ def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: 
         "after": after,
         "pos": position_range(hw.with_seq(hw.seq + 1), n),
         "source_ts": pa.array([source_ts] * n, pa.int64()),
+        "error": survivors[ERROR_COLUMN].combine_chunks() if n else pa.nulls(0, pa.string()),
     }, schema=schema)
     if missing:
         images = [dict(zip(table.key, key)) | {c: None for c in table.column_names if c not in table.key}
@@ -86,11 +95,12 @@ def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: 
         deletes = pa.table({
             "table": [table.qualified] * len(missing),
             "op": [DELETE] * len(missing),
-            "key": [encode_key(k) for k in missing],
-            "before": pa.array(images, row_type),
+            "key": [table.encode_key(k) for k in missing],
+            "before": images_to_arrow(table, images),
             "after": pa.nulls(len(missing), row_type),
             "pos": position_range(hw.with_seq(hw.seq + 1 + n), len(missing)),
             "source_ts": [source_ts] * len(missing),
+            "error": pa.nulls(len(missing), pa.string()),
         }, schema=schema)
         snap = pa.concat_tables([snap, deletes])
     return ReconcileResult(snap, rows.num_rows, n, rows.num_rows - n, missing)

@@ -16,8 +16,10 @@ from typing import Any
 import pyarrow as pa
 
 from .errors import InvalidKeyError, NoPrimaryKeyError
+from .values import FarDate, FarTimestamp, float32, numeric_text, parse_pg_date, parse_pg_timestamp
 
 _DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
+_NUMERIC = re.compile(r"^numeric(?:\((\d+),(\d+)\))?$")
 
 _ARROW = {
     "bool": pa.bool_(),
@@ -32,6 +34,7 @@ _ARROW = {
     "binary": pa.binary(),
     "date": pa.date32(),
     "timestamp": pa.timestamp("us"),
+    "timestamptz": pa.timestamp("us", tz="UTC"),
 }
 
 _POSTGRES = {
@@ -43,20 +46,99 @@ _POSTGRES = {
     "float32": "real",
     "float64": "double precision",
     "string": "text",
-    "json": "text",
+    "json": "json",
     "binary": "bytea",
     "date": "date",
     "timestamp": "timestamp(6)",
+    "timestamptz": "timestamp(6) with time zone",
 }
+
+# "text:<sql type>": a value carried as the source's own text form (the string the
+# source prints and reads back unchanged), typed by <sql type> in a SQL target. Only
+# built-in PostgreSQL types whose text form round-trips exactly; the type text goes
+# into the target's DDL, so it is checked against this grammar.
+_TEXT_TYPES = {"uuid", "inet", "cidr", "macaddr", "macaddr8", "xml", "json", "jsonb", "interval",
+               "time", "time with time zone", "time without time zone", "bit", "bit varying",
+               "smallint", "integer", "bigint", "real", "double precision", "numeric", "boolean",
+               "text", "character varying", "character", "bytea", "date", "timestamp",
+               "timestamp with time zone", "timestamp without time zone", "interval"}
+_TEXT_TYPE = re.compile(
+    r"^(?P<base>[a-z][a-z ]*?)(?:\((?P<mods>\d+(?:,\d+)?)\))?"
+    r"(?P<tz> with(?:out)? time zone)?(?P<arr>(?:\[\])*)$")
+
+
+_INTERVAL_FIELDS = re.compile(
+    r"^interval(?: (?:year|month|day|hour|minute|second)(?: to (?:month|hour|minute|second))?)?$")
+
+
+def _text_sql_type(logical: str) -> str | None:
+    """The SQL type of a "text:<sql type>" logical type (None for any other type)."""
+    if not logical.startswith("text:"):
+        return None
+    sql_type = logical[5:]
+    m = _TEXT_TYPE.match(sql_type)
+    base = (m.group("base").strip() + (m.group("tz") or "")) if m else ""
+    if not m or not (base in _TEXT_TYPES or _INTERVAL_FIELDS.match(base)):
+        raise ValueError(f"unknown logical type {logical!r}")
+    return sql_type
+
+
+def is_text_carried(logical: str) -> bool:
+    """Carried as a Python str / Arrow string (text, JSON, numeric, text:<sql type>)."""
+    return logical in ("string", "json") or logical.startswith(("numeric", "text:"))
+
+
+def arrow_type(logical: str) -> pa.DataType:
+    m = _DECIMAL.match(logical)
+    if m:
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    if _NUMERIC.match(logical) or _text_sql_type(logical):
+        return pa.string()
+    try:
+        return _ARROW[logical]
+    except KeyError:
+        raise ValueError(f"unknown logical type {logical!r}") from None
+
+
+def postgres_type(logical: str) -> str:
+    """The column type of a logical type in a PostgreSQL target."""
+    m = _DECIMAL.match(logical) or _NUMERIC.match(logical)
+    if m:
+        return f"numeric({m.group(1)},{m.group(2)})" if m.group(1) else "numeric"
+    text = _text_sql_type(logical)
+    if text:
+        return text
+    return _POSTGRES[logical]
 
 
 def _check_type(logical: str) -> str:
-    if logical in _ARROW or _DECIMAL.match(logical):
-        return logical
-    raise ValueError(f"unknown logical type {logical!r}")
+    arrow_type(logical)
+    return logical
 
 
 _INT_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+
+
+def _coerce_decimal(value: Any, precision: int | None, scale: int | None) -> decimal.Decimal:
+    if isinstance(value, (bool, float)):
+        raise ValueError(f"{value!r} is not an exact decimal; pass it as a string")
+    try:
+        v = decimal.Decimal(str(value).strip())
+    except decimal.InvalidOperation:
+        raise ValueError(f"{value!r} is not a decimal") from None
+    if precision is None:
+        return v
+    if not v.is_finite():
+        raise ValueError(f"{value!r} is not a finite decimal")
+    if v != 0 and v.adjusted() >= precision - scale:
+        raise ValueError(f"{value!r} has more than {precision - scale} digits before the point")
+    try:
+        q = v.quantize(decimal.Decimal(1).scaleb(-scale), context=decimal.Context(prec=precision + 1))
+    except decimal.InvalidOperation:
+        raise ValueError(f"{value!r} does not fit decimal({precision},{scale})") from None
+    if q != v:
+        raise ValueError(f"{value!r} has more than {scale} decimal places")
+    return abs(q) if q.is_zero() else q
 
 
 def coerce_value(logical: str, value: Any) -> Any:
@@ -78,36 +160,38 @@ def coerce_value(logical: str, value: Any) -> Any:
             raise ValueError(f"{v} is out of range for {logical}")
         return v
     if m:
-        if isinstance(value, (bool, float)):
-            raise ValueError(f"{value!r} is not an exact decimal; pass it as a string")
-        try:
-            v = decimal.Decimal(str(value).strip())
-        except decimal.InvalidOperation:
-            raise ValueError(f"{value!r} is not a decimal") from None
-        if not v.is_finite():
-            raise ValueError(f"{value!r} is not a finite decimal")
-        precision, scale = int(m.group(1)), int(m.group(2))
-        if v != 0 and v.adjusted() >= precision - scale:
-            raise ValueError(f"{value!r} has more than {precision - scale} digits before the point")
-        try:
-            q = v.quantize(decimal.Decimal(1).scaleb(-scale))
-        except decimal.InvalidOperation:
-            raise ValueError(f"{value!r} does not fit {logical}") from None
-        if q != v:
-            raise ValueError(f"{value!r} has more than {scale} decimal places")
-        return abs(q) if q.is_zero() else q
-    if logical in ("string", "json"):
+        return _coerce_decimal(value, int(m.group(1)), int(m.group(2)))
+    n = _NUMERIC.match(logical)
+    if n:
+        p, s = (int(n.group(1)), int(n.group(2))) if n.group(1) else (None, None)
+        return numeric_text(_coerce_decimal(value, p, s))
+    if logical in ("string", "json") or logical.startswith("text:"):
         if not isinstance(value, (str, int)) or isinstance(value, bool):
             raise ValueError(f"{value!r} is not a string")
         return str(value)
     if logical == "date":
         if isinstance(value, dt.datetime):
             raise ValueError(f"{value!r} is a timestamp, not a date")
-        return value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))
-    if logical == "timestamp":
-        v = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+        if isinstance(value, (dt.date, FarDate)):
+            return value
+        try:
+            return dt.date.fromisoformat(str(value))
+        except ValueError:
+            return parse_pg_date(str(value))
+    if logical in ("timestamp", "timestamptz"):
+        if isinstance(value, FarTimestamp):
+            return value
+        if isinstance(value, dt.datetime):
+            v = value
+        else:
+            try:
+                v = dt.datetime.fromisoformat(str(value))
+            except ValueError:
+                return parse_pg_timestamp(str(value))
         if v.tzinfo is not None:
-            raise ValueError(f"{value!r} has a time zone; timestamp keys are naive (as stored)")
+            if logical == "timestamp":
+                raise ValueError(f"{value!r} has a time zone; timestamp keys are naive (as stored)")
+            v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
         return v
     if logical == "binary":
         if isinstance(value, (bytes, bytearray)):
@@ -125,7 +209,10 @@ def coerce_value(logical: str, value: Any) -> Any:
             return False
         raise ValueError(f"{value!r} is not a boolean")
     if logical in ("float32", "float64"):
-        return float(value)
+        if isinstance(value, bool):
+            raise ValueError(f"{value!r} is not a number")
+        v = float(value)
+        return float32(v) if logical == "float32" else v
     raise ValueError(f"unsupported key type {logical}")
 
 
@@ -140,17 +227,11 @@ class Column:
 
     @property
     def arrow_type(self) -> pa.DataType:
-        m = _DECIMAL.match(self.type)
-        if m:
-            return pa.decimal128(int(m.group(1)), int(m.group(2)))
-        return _ARROW[self.type]
+        return arrow_type(self.type)
 
     @property
     def postgres_type(self) -> str:
-        m = _DECIMAL.match(self.type)
-        if m:
-            return f"numeric({m.group(1)},{m.group(2)})"
-        return _POSTGRES[self.type]
+        return postgres_type(self.type)
 
 
 @dataclass(frozen=True)
@@ -186,6 +267,20 @@ class TableSchema:
     @property
     def key_columns(self) -> list[Column]:
         return [self.column(k) for k in self.key]
+
+    @property
+    def key_types(self) -> list[str]:
+        return [self.column(k).type for k in self.key]
+
+    def encode_key(self, values: Any) -> str:
+        """The canonical string of a key of this table (events.encode_key, typed)."""
+        from .events import encode_key
+        return encode_key(values, self.key_types)
+
+    def key_array(self, columns: list) -> pa.Array:
+        """encode_key of every row of the key columns (Arrow arrays, in key order)."""
+        from .events import encode_key_array
+        return encode_key_array(columns, self.key_types)
 
     def row_struct(self) -> pa.StructType:
         return pa.struct([pa.field(c.name, c.arrow_type) for c in self.columns])

@@ -66,6 +66,27 @@ class EventStore:
         base = self.uri_root if "://" in self.uri_root else "file://" + self.uri_root
         return posixpath.join(base, "chunks", self.source, request_id, table, window_id)
 
+    def stage_dir(self, table: str, run_id: str) -> str:
+        return posixpath.join(self.root, "stage", self.source, table, run_id)
+
+    def stage_uri(self, table: str, run_id: str) -> str:
+        """Where a Spark apply writes a batch's flattened rows, for the driver to COPY."""
+        base = self.uri_root if "://" in self.uri_root else "file://" + self.uri_root
+        return posixpath.join(base, "stage", self.source, table, run_id)
+
+    def read_stage(self, table: str, run_id: str, batch_rows: int = 50_000):
+        """The stage rows a Spark apply wrote, as Arrow tables of at most ``batch_rows``."""
+        for info in sorted(self._files(self.stage_dir(table, run_id)), key=lambda i: i.path):
+            if info.base_name.endswith(".parquet") and not info.base_name.startswith((".", "_")):
+                with self.fs.open_input_file(info.path) as f:
+                    for rb in pq.ParquetFile(f).iter_batches(batch_size=batch_rows):
+                        yield pa.Table.from_batches([rb])
+
+    def remove_stage(self, table: str, run_id: str) -> None:
+        path = self.stage_dir(table, run_id)
+        if self.fs.get_file_info(path).type == pafs.FileType.Directory:
+            self.fs.delete_dir(path)
+
     # -- writing -----------------------------------------------------------
     def _write_atomic(self, path: str, data: pa.Table) -> None:
         self.fs.create_dir(posixpath.dirname(path), recursive=True)

@@ -97,20 +97,25 @@ class CDC:
         return run_spark_job(self.cfg, "dump_job", args)
 
     def apply(self) -> dict:
-        return run_spark_job(self.cfg, "apply_job", ["--config", str(self.path), "--target", "tgt"])
+        return self.apply_spark("tgt")
 
-    def target(self) -> PostgresTarget:
-        return PostgresTarget(self.cfg.target())
+    def apply_spark(self, target: str) -> dict:
+        return run_spark_job(self.cfg, "apply_job", ["--config", str(self.path), "--target", target])
+
+    def target(self, name: str = "tgt") -> PostgresTarget:
+        return PostgresTarget(self.cfg.target(name))
 
     def compare(self, table: str):
         schema = self.source.table_schema(f"{self.db}.{table}")
-        return compare_source_target(self.src_cfg, self.cfg.target(), schema, target_table_name(schema))
+        return compare_source_target(self.src_cfg, self.cfg.target("tgt"), schema, target_table_name(schema))
 
     def close(self) -> None:
         try:
             self.stop_tail()
         finally:
-            self.target().drop_all()
+            for name in self.cfg.targets:
+                with self.target(name) as t:
+                    t.drop_all()
             self.source.close()
             self.sdb.drop_namespace(self.wm_ns)
 

@@ -25,7 +25,8 @@ from psycopg2 import sql
 from airflow_provider_dblog.engine.apply import apply_local  # noqa: E402
 from airflow_provider_dblog.engine.config import parse_config  # noqa: E402
 from airflow_provider_dblog.engine.errors import ConfigError  # noqa: E402
-from airflow_provider_dblog.engine.events import DELETE, INSERT, SNAPSHOT, UPDATE, Event, events_to_arrow  # noqa: E402
+from airflow_provider_dblog.engine.events import (DELETE, INSERT, SNAPSHOT, UPDATE, Event,  # noqa: E402
+                                                 events_to_arrow, rows_of)
 from airflow_provider_dblog.engine.jobs import SparkJobError, run_spark_job, spark_submit_args  # noqa: E402
 from airflow_provider_dblog.engine.positions import Position  # noqa: E402
 from airflow_provider_dblog.engine.schema import Column, TableSchema  # noqa: E402
@@ -456,7 +457,7 @@ def test_dump_tail_apply_end_to_end(servers, tmp_path):
             schema = source.table_schema(f"{db}.{name}")
             cur.execute(f"SELECT {', '.join(schema.key)} FROM {db}.{name}")
             keys = sorted(tuple(r) for r in cur.fetchall())
-            want = source.select_keys(schema, keys).to_pylist() if keys else []
+            want = rows_of(schema, source.select_keys(schema, keys)) if keys else []
             want.sort(key=schema.key_of)
             got = target.rows(schema)
             assert len(got) == len(want), name

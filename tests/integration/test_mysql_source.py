@@ -26,7 +26,8 @@ import pytest
 from airflow_provider_dblog.engine.config import Endpoint, SourceConfig
 from airflow_provider_dblog.engine.errors import (NoPrimaryKeyError, SchemaChangedError,
                                                   SourceSetupError, UnknownTableError)
-from airflow_provider_dblog.engine.events import events_to_arrow
+from airflow_provider_dblog.engine.events import events_to_arrow, rows_of
+from airflow_provider_dblog.engine.reconcile import ERROR_COLUMN
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.sources.base import (ChunkPlan, Idle, Problem, RowChange,
                                                         TxnEnd, WatermarkSeen)
@@ -193,7 +194,8 @@ def test_sql_literal_rendering():
     assert sql_literal(b"\x00\xff") == "X'00ff'"
     assert sql_literal(dt.datetime(2024, 1, 2, 3, 4, 5, 6)) == "'2024-01-02 03:04:05.000006'"
     assert sql_literal(dt.date(2024, 1, 2)) == "'2024-01-02'"
-    for bad in (1.5, None, [1], decimal.Decimal("NaN"),
+    assert sql_literal(1.5) == "1.5" and sql_literal(0.10000000149011612) == "0.10000000149011612"
+    for bad in (float("nan"), float("inf"), None, [1], decimal.Decimal("NaN"),
                 dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)):
         with pytest.raises((TypeError, ValueError)):
             sql_literal(bad)
@@ -265,7 +267,7 @@ def test_table_schema_types_and_composite_key(mysql_db, make_source):
         "bu": "decimal(20,0)", "d": "decimal(12,3)", "f": "float32", "db": "float64",
         "b1": "bool", "b9": "int64", "c": "string", "tx": "string", "e": "string",
         "s": "string", "j": "json", "lt": "string", "bn": "binary", "vb": "binary",
-        "bl": "binary", "dte": "date", "dtm": "timestamp", "ts": "timestamp", "tm": "string",
+        "bl": "binary", "dte": "date", "dtm": "timestamp", "ts": "timestamptz", "tm": "text:interval",
         "yr": "int16"}
     assert schema.column_names[:3] == ["a", "b", "ti"]  # ordinal order
     assert schema.key == ("b", "a")                       # primary-key order
@@ -452,8 +454,8 @@ def test_select_keys_existing_and_missing(mysql_db, make_source):
     src = make_source([f"{mysql_db}.t"])
     schema = src.table_schema(f"{mysql_db}.t")
     got = src.select_keys(schema, [(1, "x"), (2, "it's"), (9, "x"), (1, "z"), (1, "y"), (1, "x")])
-    assert got.schema == pa.schema(list(schema.row_struct()))
-    rows = {(r["a"], r["b"]): r for r in got.to_pylist()}
+    assert got.schema == pa.schema(list(schema.row_struct()) + [pa.field(ERROR_COLUMN, pa.string())])
+    rows = {(r["a"], r["b"]): r for r in rows_of(schema, got)}
     assert set(rows) == {(1, "x"), (2, "it's"), (1, "y")}
     assert rows[(1, "x")] == {"a": 1, "b": "x", "d": decimal.Decimal("1.25"),
                               "dtm": dt.datetime(2024, 5, 6, 7, 8, 9, 123456),
@@ -593,7 +595,7 @@ def test_read_log_values_match_select_keys(mysql_db, make_source):
     events = [it.event for it in items if isinstance(it, RowChange)]
     assert len(events) == 3
     schema = src.table_schema(t)
-    selected = src.select_keys(schema, [e.key for e in events]).to_pylist()
+    selected = rows_of(schema, src.select_keys(schema, [e.key for e in events]))
     by_key = {(r["id"], r["k"]): r for r in selected}
     for e in events:
         assert e.after == by_key[e.key], e.key
@@ -633,7 +635,7 @@ def test_character_sets(mysql_db, make_source):
     src.write_watermark("end")
     items = read_until(src, resume, until_mark("end"))
     [event] = [it.event for it in items if isinstance(it, RowChange)]
-    assert event.after == src.select_keys(schema, [(1,)]).to_pylist()[0]
+    assert event.after == rows_of(schema, src.select_keys(schema, [(1,)]))[0]
     assert event.after["c_ucs2"] == "héllo Привет 中文 ÿ€ Ωü日本"
     assert event.after["c_cp1251"].startswith("h?llo Привет")
     # a character set the binlog library decodes wrongly is refused up front
@@ -854,13 +856,13 @@ SPARK_SCRIPT = textwrap.dedent("""
                          properties=props)
     parts = [len(p) for p in df.rdd.glom().collect()]
     import pyarrow as pa
-    got = df.toArrow().select(schema.column_names).cast(pa.schema(list(schema.row_struct())))
-    want = src.select_keys(schema, [(r["id"], r["k"]) for r in got.select(["id", "k"]).to_pylist()])
+    from airflow_provider_dblog.engine.events import rows_of
+    got = rows_of(schema, src.conform_chunk(schema, df.toArrow()))
+    want = rows_of(schema, src.select_keys(schema, [(r["id"], r["k"]) for r in got]))
     key = lambda r: (r["id"], r["k"])
-    same = sorted(got.to_pylist(), key=key) == sorted(want.to_pylist(), key=key)
-    diff = [(a, b) for a, b in zip(sorted(got.to_pylist(), key=key), sorted(want.to_pylist(), key=key))
-            if a != b][:2]
-    print("RESULT " + json.dumps({"rows": got.num_rows, "parts": parts, "same": same}))
+    same = sorted(got, key=key) == sorted(want, key=key)
+    diff = [(a, b) for a, b in zip(sorted(got, key=key), sorted(want, key=key)) if a != b][:2]
+    print("RESULT " + json.dumps({"rows": len(got), "parts": parts, "same": same}))
     print("DIFF", diff)
 """)
 

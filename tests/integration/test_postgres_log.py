@@ -13,7 +13,7 @@ import pytest
 
 from airflow_provider_dblog.engine.config import Endpoint, SourceConfig
 from airflow_provider_dblog.engine.errors import SchemaChangedError, SourceSetupError
-from airflow_provider_dblog.engine.events import DELETE, INSERT, UPDATE
+from airflow_provider_dblog.engine.events import DELETE, INSERT, UPDATE, rows_of
 from airflow_provider_dblog.engine.sources import open_source
 from airflow_provider_dblog.engine.sources.base import Idle, RowChange, TxnEnd, WatermarkSeen
 from airflow_provider_dblog.engine.sources.postgres import lsn_to_int
@@ -99,7 +99,7 @@ def test_log_values_equal_what_select_keys_reads(db):
     events = changes(read(src, resume))
     schema = src.table_schema("app.types")
     assert [e.op for e in events] == [INSERT, INSERT]
-    want = src.select_keys(schema, [(1,), (2,)]).to_pylist()
+    want = rows_of(schema, src.select_keys(schema, [(1,), (2,)]))
     got = [e.after for e in events]
     nan_free = [{k: v for k, v in r.items() if k not in ("f4", "f8", "nu")} for r in got]
     assert nan_free == [{k: v for k, v in r.items() if k not in ("f4", "f8", "nu")} for r in want]

@@ -20,6 +20,10 @@ from airflow_provider_dblog.engine.sources.postgres import (
     PostgresSource, int_to_lsn, lsn_to_int, pg_literal, quote_ident, role_problems,
     server_problems, to_logical)
 
+from airflow_provider_dblog.engine.events import rows_of
+from airflow_provider_dblog.engine.reconcile import ERROR_COLUMN
+from airflow_provider_dblog.engine.values import pg_set_statements
+
 from helpers import POSTGRES_PORT, drop_pg_database, pg_connect, unique
 
 
@@ -231,11 +235,12 @@ def test_table_schema_types_and_composite_key(conn, schema, make_source):
     assert ts.key == ("c", "b")
     assert ts.database == schema and ts.name == "t"
     assert [(c.name, c.type) for c in ts.columns] == [
-        ("a", "int16"), ("b", "int32"), ("c", "int64"), ("d", "decimal(12,3)"), ("e", "string"),
+        ("a", "int16"), ("b", "int32"), ("c", "int64"), ("d", "numeric(12,3)"), ("e", "numeric"),
         ("f", "float32"), ("g", "float64"), ("h", "bool"), ("i", "string"), ("j", "string"),
-        ("k", "string"), ("l", "json"), ("m", "json"), ("n", "binary"), ("o", "date"),
-        ("p", "timestamp"), ("q", "timestamp"), ("r", "string"), ("s", "string"), ("u", "string"),
-        ("v", "int32"), ("w", "string"), ("x", "string")]
+        ("k", "string"), ("l", "json"), ("m", "text:jsonb"), ("n", "binary"), ("o", "date"),
+        ("p", "timestamp"), ("q", "timestamptz"), ("r", "text:uuid"),
+        ("s", "text:time without time zone"), ("u", "text:integer[]"),
+        ("v", "int32"), ("w", "string"), ("x", "numeric(50,2)")]
     assert not ts.column("b").nullable and not ts.column("c").nullable
     assert ts.column("a").nullable
     assert src.replica_identity(f"{schema}.t") == "d"
@@ -366,8 +371,10 @@ def test_plan_chunk_typed_keys(conn, schema, make_source):
     src = make_source([f"{schema}.t"])
     ts = src.table_schema(f"{schema}.t")
     native = src.native_columns(ts.qualified)
+    run(conn, "SET TIME ZONE 'UTC'")
     keys = [tuple(to_logical(native[k], v) for k, v in zip(ts.key, r)) for r in run(
-        conn, f'SELECT u::text, ts AT TIME ZONE \'UTC\', d, b, n FROM "{schema}".t ORDER BY u, ts, d, b, n')]
+        conn, f'SELECT u::text, ts::text, d::text, b, n::text FROM "{schema}".t AS t '
+              'ORDER BY t.u, t.ts, t.d, t.b, t.n')]
     assert len(keys) > 50
     assert isinstance(keys[0][1], dt.datetime) and keys[0][1].tzinfo is None
     top = src.max_key(ts)
@@ -405,12 +412,13 @@ def test_select_keys_existing_and_missing(conn, schema, make_source):
     src = make_source([f"{schema}.t"])
     ts = src.table_schema(f"{schema}.t")
     got = src.select_keys(ts, [(1, "a"), (2, "it's"), (3, "a"), (1, "b"), (1, "a")])
-    assert got.schema == pa.schema(list(ts.row_struct()))
-    rows = sorted(got.to_pylist(), key=lambda r: r["id"])
+    assert got.schema == pa.schema(list(ts.row_struct()) + [pa.field(ERROR_COLUMN, pa.string())])
+    assert got[ERROR_COLUMN].null_count == got.num_rows      # every value carried
+    rows = sorted(rows_of(ts, got), key=lambda r: r["id"])
     assert len(rows) == 2
     r = rows[0]
-    assert r["price"] == decimal.Decimal("12.50") and isinstance(r["price"], decimal.Decimal)
-    assert got.schema.field("price").type == pa.decimal128(10, 2)
+    assert r["price"] == "12.50"                  # numeric: PostgreSQL's own text, typed numeric
+    assert got.schema.field("price").type == pa.string() and ts.column("price").type == "numeric(10,2)"
     assert r["f4"] == pytest.approx(1.1, rel=1e-6)
     assert r["at"] == dt.datetime(2024, 1, 2, 3, 4, 5, 123456) and r["at"].tzinfo is None
     assert got.schema.field("at").type == pa.timestamp("us")
@@ -521,7 +529,8 @@ def test_jdbc_url_and_properties(conn, schema, make_source, pgdb):
     assert props["driver"] == "org.postgresql.Driver"
     assert props["user"] == "postgres" and props["password"] == ""
     assert props["sessionInitStatement"].startswith(
-        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED; SET TIME ZONE 'UTC'")
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED; ")
+    assert pg_set_statements() in props["sessionInitStatement"]   # one text form on every path
     assert props["preferTimestampNTZ"] == "true" and int(props["fetchsize"]) > 0
     assert src.jdbc_table(f"{schema}.plain") == f'"{schema}"."plain"'
     mixed = src.jdbc_table(f"{schema}.mixed")
@@ -529,7 +538,8 @@ def test_jdbc_url_and_properties(conn, schema, make_source, pgdb):
     run(conn, f"INSERT INTO \"{schema}\".mixed VALUES ('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', "
               "'2024-01-01 00:00+02', '{\"a\": 1}')")
     rows = run(conn, f"SELECT id, at, doc FROM {mixed}")
-    assert rows == [("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", dt.datetime(2023, 12, 31, 22), '{"a": 1}')]
+    # text forms (read in the session's UTC): parsed by values.py on every path
+    assert rows == [("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "2023-12-31 22:00:00+00", '{"a": 1}')]
 
 
 def test_current_resume(conn, make_source):
@@ -552,4 +562,4 @@ def test_odd_column_names(conn, schema, make_source):
     assert ts.key == (col,)
     plans = walk_chunks(src, ts, src.max_key(ts), 7, 2)
     check_plans_cover(conn, src, ts, plans, [(i,) for i in range(1, 31)], 7, 2)
-    assert src.select_keys(ts, [(3,), (99,)]).to_pylist() == [{col: 3, "100%": "3"}]
+    assert rows_of(ts, src.select_keys(ts, [(3,), (99,)])) == [{col: 3, "100%": "3"}]

@@ -18,6 +18,7 @@ import pytest
 pymysql = pytest.importorskip("pymysql")
 pytest.importorskip("pyspark")
 
+from airflow_provider_dblog.engine.events import rows_of  # noqa: E402
 from airflow_provider_dblog.engine.reconcile import conform_rows  # noqa: E402
 from airflow_provider_dblog.engine.schema import Column, TableSchema  # noqa: E402
 from spark_jobs.common import SparkChunkReader, spark_session  # noqa: E402
@@ -54,10 +55,20 @@ def item(i: int) -> tuple:
 
 
 class StubSource:
-    """The two methods the reader needs from a source (MySQLSource's jdbc / jdbc_table)."""
+    """What the reader needs from a source, with Spark's own JDBC types: every column read
+    as itself (no text columns), the rows only cast to the table's types."""
 
     def __init__(self, port: int):
         self.port = port
+
+    def native_columns(self, qualified: str) -> dict:
+        return {c: None for c in (ITEMS.column_names + PAIRS.column_names)}
+
+    def text_parsed(self, native) -> bool:
+        return False
+
+    def conform_chunk(self, table: TableSchema, data: pa.Table) -> pa.Table:
+        return data.select(table.column_names).cast(pa.schema(list(table.row_struct())))
 
     def jdbc(self) -> tuple[str, dict[str, str]]:
         return f"jdbc:mysql://127.0.0.1:{self.port}/", {
@@ -126,14 +137,14 @@ def test_ranges_read_exactly(mariadb, spark, tmp_path):
     assert types["amt"] == pa.decimal128(12, 2) and types["id"] == pa.int64()
     assert types["ti"] == pa.int8() and types["si"] == pa.int16() and types["flag"] == pa.bool_()
     assert types["data"] == pa.binary() and types["doc"] == pa.string() and types["day"] == pa.date32()
-    got = conform_rows(table, data).to_pylist()
+    got = rows_of(table, conform_rows(table, data))
     assert got == select(conn, db, table, "1=1")
     assert got[11]["created"].microsecond == 12 * 37 % 1_000_000  # microseconds kept
 
     # gaps and an empty range: only the rows of the predicates
     data = reader.read(table, ["`id` > 100 AND `id` <= 200", "`id` > 600 AND `id` <= 650",
                                "`id` > 5000 AND `id` <= 6000"], dest)
-    got = conform_rows(table, data).to_pylist()
+    got = rows_of(table, conform_rows(table, data))
     assert got == select(conn, db, table, "(id > 100 AND id <= 200) OR (id > 600 AND id <= 650)")
     assert len(got) == 150  # the same destination was overwritten, not added to
 
@@ -148,7 +159,7 @@ def test_composite_key_ranges(mariadb, spark, tmp_path):
     preds = ["(`a`, `b`) <= (5, 'c')", "(`a`, `b`) > (5, 'c') AND (`a`, `b`) <= (12, 'a')",
              "(`a`, `b`) > (12, 'a') AND (`a`, `b`) <= (17, 'e')"]
     data = reader.read(table, preds, f"file://{tmp_path}/pairs")
-    got = conform_rows(table, data).to_pylist()
+    got = rows_of(table, conform_rows(table, data))
     assert got == select(conn, db, table, "(a, b) <= (17, 'e')")
     assert len(got) == 85
 
@@ -171,7 +182,7 @@ def test_real_mysql_source(mariadb, spark, tmp_path):
             plan = src.plan_chunk(schema, None, src.max_key(schema), 10_000, 3)
             data = reader.read(schema, src.range_predicates(schema, plan), f"file://{tmp_path}/{name}")
             expected = select(conn, db, schema, "1=1")
-            got = conform_rows(schema, data).to_pylist()
+            got = rows_of(schema, conform_rows(schema, data))
             if name == "items":
                 for r in expected:  # whatever the source maps BOOLEAN to, compare as Python values
                     if r["flag"] is not None and schema.column("flag").type != "bool":

@@ -11,8 +11,9 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 
 from ..config import SourceConfig, check_identifier
-from ..errors import SchemaChangedError, SourceSetupError
+from ..errors import SchemaChangedError, SourceSetupError, ZeroDateError
 from ..schema import TableSchema
+from ..values import column_from_text, to_arrow
 from .base import ChunkPlan
 
 WATERMARK_TABLE = "watermark"
@@ -27,6 +28,8 @@ def raw_key_alias(name: str) -> str:
 class SqlSource:
     to_logical: Callable[[Any, Any], Any]   # set by the subclass (staticmethod)
     needs_expr: Callable[[Any], bool]
+    text_parsed: Callable[[Any], bool]      # selected as text that values.py parses
+    dialect: str                            # of that text: "mysql" | "postgres"
 
     def __init__(self, config: SourceConfig):
         self.config = config
@@ -97,6 +100,10 @@ class SqlSource:
         self.table_schema(table)
         return self._native[table]
 
+    def canonical_keys(self, table: TableSchema, keys: list[tuple]) -> list[tuple]:
+        """Keys from a user in the form the source prints them (see PostgresSource)."""
+        return keys
+
     # -- rows ------------------------------------------------------------------
     def _typed_key(self, table: TableSchema, values: Sequence[Any]) -> tuple:
         native = self.native_columns(table.qualified)
@@ -115,16 +122,51 @@ class SqlSource:
         return [raw_key_alias(k) if self.needs_expr(native[k]) else k for k in table.key]
 
     def _append_rows(self, table: TableSchema, cols: dict[str, list], rows: list[tuple]) -> None:
+        """Rows as select_list reads them: columns read as text stay text (conform_chunk
+        parses them, as for a Spark chunk), the others become logical values."""
         native = self.native_columns(table.qualified)
         for row in rows:
             for c, v in zip(table.column_names, row):
+                n = native[c]
+                if self.text_parsed(n):
+                    cols[c].append(v)
+                    continue
                 try:
-                    cols[c].append(self.to_logical(native[c], v))
+                    cols[c].append(self.to_logical(n, v))
                 except (TypeError, ValueError) as e:
                     raise SchemaChangedError(
                         f"{table.qualified}.{c}: {e}; the table changed, refresh its schema "
                         "and re-dump it") from None
 
-    @staticmethod
-    def _arrow(table: TableSchema, cols: dict[str, list]) -> pa.Table:
-        return pa.table(cols, schema=pa.schema(list(table.row_struct())))
+    def _arrow(self, table: TableSchema, cols: dict[str, list]) -> pa.Table:
+        native = self.native_columns(table.qualified)
+        arrays = [pa.array(cols[c.name], pa.string()) if self.text_parsed(native[c.name])
+                  else to_arrow(c.type, cols[c.name]) for c in table.columns]
+        return self.conform_chunk(table, pa.table(arrays, names=table.column_names))
+
+    def conform_chunk(self, table: TableSchema, data: pa.Table) -> pa.Table:
+        """Chunk rows as selected (select_list, jdbc_table: some columns as text) in the
+        table's logical types, plus ERROR_COLUMN (reconcile.py) naming each value that no
+        target could hold (that value is null). One parser for the text of every path:
+        Spark chunks and key lists alike (engine/values.py)."""
+        from ..reconcile import ERROR_COLUMN
+
+        native = self.native_columns(table.qualified)
+        errors: dict[int, list[str]] = {}
+        if ERROR_COLUMN in data.column_names:   # conformed once already: keep what it said
+            for i, e in enumerate(data[ERROR_COLUMN].to_pylist()):
+                if e is not None:
+                    errors[i] = [e]
+        arrays = []
+        for c in table.columns:
+            arr = data[c.name]
+            if self.text_parsed(native[c.name]) and pa.types.is_string(arr.type):
+                arr, bad = column_from_text(c.type, self.dialect, arr)
+                for i, e in bad.items():
+                    if not (isinstance(e, ZeroDateError) and getattr(native[c.name], "zero_as_null", False)):
+                        errors.setdefault(i, []).append(f"{table.qualified}.{c.name}: {e}")
+            arrays.append(arr.cast(c.arrow_type))
+        out = pa.table(arrays, schema=pa.schema(list(table.row_struct())))
+        err = (pa.array([("; ".join(errors[i]) if i in errors else None) for i in range(out.num_rows)],
+                        pa.string()) if errors else pa.nulls(out.num_rows, pa.string()))
+        return out.append_column(ERROR_COLUMN, err)

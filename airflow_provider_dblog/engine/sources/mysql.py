@@ -9,7 +9,9 @@ Values from the binlog and from SELECTs are converted by one function
 (``to_logical``) into the table's logical types, so a log event and a chunk row
 of the same row are equal. A few native types are selected through an SQL
 expression (``select_expr``) so that SELECT, Spark JDBC and the binlog agree:
-TIME as its text, FLOAT as the exact DOUBLE, YEAR and BIT(n>1) as integers.
+TIME, DATE, DATETIME, TIMESTAMP and DECIMAL(p>38) as their text (parsed by
+engine/values.py: no Java calendar, zero dates caught), FLOAT as the exact DOUBLE,
+YEAR and BIT(n>1) as integers.
 
 Nothing here imports Airflow.
 """
@@ -30,10 +32,11 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from ..errors import (DBLogError, NoPrimaryKeyError, SchemaChangedError, SourceSetupError,
-                      UnknownTableError, WatermarkError)
+                      UncarriedValueError, UnknownTableError, WatermarkError, ZeroDateError)
 from ..events import DELETE, INSERT, UPDATE, Event
 from ..positions import Position
 from ..schema import Column, TableSchema
+from ..values import EPOCH, float32, numeric_text, parse_mysql_datetime
 from .base import ChunkPlan, Idle, LogItem, Problem, RowChange, TxnEnd, WatermarkSeen
 from .common import SELECT_BATCH, WATERMARK_TABLE, SqlSource, raw_key_alias
 
@@ -70,6 +73,10 @@ def sql_literal(value: Any) -> str:
         return "1" if value else "0"
     if isinstance(value, int):
         return str(int(value))
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"cannot render non-finite float {value!r}")
+        return repr(value)   # the shortest text that reads back as the same double
     if isinstance(value, decimal.Decimal):
         if not value.is_finite():
             raise ValueError(f"cannot render non-finite decimal {value!r}")
@@ -172,8 +179,9 @@ class NativeColumn:
     logical: str
     fsp: int = 0         # TIME fractional digits
     length: int = 0      # BINARY(n) octets, BIT(n) bits
-    set_values: tuple[str, ...] = ()
+    set_values: tuple[str, ...] = ()   # ENUM / SET members in declaration order
     charset: str = ""    # CHARACTER_SET_NAME of text columns
+    zero_as_null: bool = False   # the source's zero_dates: null (a zero date becomes NULL)
 
     @property
     def encoding(self) -> str:
@@ -190,14 +198,16 @@ def logical_type(data_type: str, column_type: str, precision: int | None, scale:
         return _INTS[dt_][1 if unsigned else 0]
     if dt_ in ("decimal", "numeric", "dec", "fixed"):
         p, s = int(precision or 10), int(scale or 0)
-        return f"decimal({p},{s})" if p <= 38 else "string"
+        # past 38 digits (Arrow decimal128, Spark): the exact text, typed numeric(p,s)
+        return f"decimal({p},{s})" if p <= 38 else f"numeric({p},{s})"
     if dt_ == "float":
         return "float32"
     if dt_ in ("double", "real", "double precision"):
         return "float64"
     if dt_ == "bit":
         m = re.search(r"\((\d+)\)", column_type)
-        return "bool" if (int(m.group(1)) if m else 1) == 1 else "int64"
+        bits = int(m.group(1)) if m else 1
+        return "bool" if bits == 1 else "int64" if bits < 64 else "decimal(20,0)"
     if dt_ == "json" or (is_json and dt_ in ("longtext", "text", "mediumtext")):
         return "json"
     if dt_ in _STRINGS:
@@ -206,17 +216,20 @@ def logical_type(data_type: str, column_type: str, precision: int | None, scale:
         return "binary"
     if dt_ == "date":
         return "date"
-    if dt_ in ("datetime", "timestamp"):
+    if dt_ == "datetime":
         return "timestamp"
-    if dt_ == "time":
-        return "string"
+    if dt_ == "timestamp":   # an instant, stored in UTC
+        return "timestamptz"
+    if dt_ == "time":        # a duration (-838:59:59 .. 838:59:59), not a time of day
+        return "text:interval"
     if dt_ == "year":
         return "int16"
     raise ValueError(f"column type {column_type!r} is not supported")
 
 
 def _set_members(column_type: str) -> tuple[str, ...]:
-    m = re.match(r"^\s*set\s*\((.*)\)\s*$", column_type, re.S | re.I)
+    """The members of an ENUM(...) or SET(...) column type, in declaration order."""
+    m = re.match(r"^\s*(?:set|enum)\s*\((.*)\)\s*$", column_type, re.S | re.I)
     if not m:
         return ()
     return tuple(v.replace("''", "'") for v in re.findall(r"'((?:[^']|'')*)'", m.group(1)))
@@ -229,15 +242,25 @@ def select_expr(n: NativeColumn) -> str:
     columns read over JDBC to n characters, and the driver reports ENUM and SET
     as CHAR."""
     q = quote_ident(n.name)
-    if n.data_type in ("time", "char", "nchar", "enum", "set"):
+    if n.data_type in _TEXT_READ or n.logical.startswith("numeric"):
         return f"CAST({q} AS CHAR) AS {q}"
     if n.data_type == "float":
         return f"CAST({q} AS DOUBLE) AS {q}"
+    if n.data_type == "bit" and n.length == 64:
+        return f"CAST({q} AS UNSIGNED) AS {q}"
     if n.data_type == "year" or (n.data_type == "bit" and n.length > 1):
         return f"CAST({q} AS SIGNED) AS {q}"
-    if n.logical == "string" and n.data_type in ("decimal", "numeric", "dec", "fixed"):
-        return f"CAST({q} AS CHAR) AS {q}"
     return q
+
+
+# read as their text: TIME is carried as text; dates through engine/values.py (no JDBC
+# date types, so no Java calendar; zero dates are seen)
+_TEXT_READ = {"time", "char", "nchar", "enum", "set", "date", "datetime", "timestamp"}
+
+
+def text_parsed(n: NativeColumn) -> bool:
+    """Selected as text that engine/values.py parses into the logical type."""
+    return n.data_type in ("date", "datetime", "timestamp") or n.logical.startswith("numeric")
 
 
 def _needs_expr(n: NativeColumn) -> bool:
@@ -271,17 +294,25 @@ def _fix_negative_time2(value: dt.timedelta) -> dt.timedelta:
 
 
 # logical type -> the Python type its values already have when nothing is to be done
-_PLAIN = {"string": str, "json": str, "binary": bytes, "float64": float, "date": dt.date}
-_SPECIAL = {"time", "set", "binary", "bit"}   # data types with their own conversions
+_PLAIN = {"string": str, "json": str, "binary": bytes, "float64": float}
+# data types with their own conversions (never kept as they come)
+_SPECIAL = {"time", "set", "binary", "bit", "year", "float", "date", "datetime", "timestamp"}
 _INT_LIMIT = {t: 1 << (b - 1) for t, b in _INT_BITS.items()}
+_ZERO_SOURCES = {"out of date range", "out of datetime range", "out of datetime2 range"}
 
 
-def to_logical(n: NativeColumn, value: Any) -> Any:
+def to_logical(n: NativeColumn, value: Any, none_source: str | None = None) -> Any:
     """A value from the binlog or from pymysql as the column's logical Python type.
 
+    ``none_source``: why the binlog reader gave None (mysql-replication's none_sources):
+    a zero or invalid date comes as None with an "out of ... range" source.
     Strict: a value of an unexpected Python type raises TypeError/ValueError (the
-    table changed under us)."""
+    table changed under us); a value no target can hold raises UncarriedValueError."""
     if value is None:
+        if none_source in _ZERO_SOURCES and not n.zero_as_null:
+            raise ZeroDateError(f"a zero or invalid {n.data_type.upper()} ({none_source} in the "
+                                "binlog) has no exact counterpart; fix the value at the source, "
+                                "or set the source's zero_dates: null")
         return None
     t = n.logical
     # the common case first (the tail converts every value of every row): a value that
@@ -289,27 +320,36 @@ def to_logical(n: NativeColumn, value: Any) -> Any:
     kind = type(value)
     if kind is _PLAIN.get(t) and n.data_type not in _SPECIAL:
         return value
-    if kind is int and t in _INT_BITS and n.data_type != "bit":
+    if kind is int and t in _INT_BITS and n.data_type not in _SPECIAL:
         if -_INT_LIMIT[t] <= value < _INT_LIMIT[t]:
             return value
         raise ValueError(f"{value} is out of range for {t}")
-    if t in _INT_BITS:
-        if isinstance(value, str) and n.data_type == "bit":   # binlog: "0101..."
+    if n.data_type == "year":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"expected a year, got {type(value).__name__}")
+        return 0 if value == 1900 else value   # the binlog reader adds 1900 to YEAR 0's 0 byte
+    if n.data_type == "bit" and t != "bool":
+        if isinstance(value, str):                          # binlog: "0101..."
             value = int(value, 2)
-        elif isinstance(value, (bytes, bytearray)) and n.data_type == "bit":  # pymysql
+        elif isinstance(value, (bytes, bytearray)):         # pymysql
             value = int.from_bytes(value, "big")
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"expected an integer, got {type(value).__name__}")
-        bits = _INT_BITS[t]
-        if n.data_type == "bit" and value >= 1 << 63:
-            value -= 1 << 64
-        if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+        return decimal.Decimal(value) if t.startswith("decimal(") else value
+    if t in _INT_BITS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"expected an integer, got {type(value).__name__}")
+        if not -_INT_LIMIT[t] <= value < _INT_LIMIT[t]:
             raise ValueError(f"{value} is out of range for {t}")
         return value
     if t.startswith("decimal("):
         if isinstance(value, bool) or not isinstance(value, (int, decimal.Decimal)):
             raise TypeError(f"expected a decimal, got {type(value).__name__}")
         return decimal.Decimal(value)
+    if t.startswith("numeric"):
+        if isinstance(value, bool) or not isinstance(value, (int, decimal.Decimal, str)):
+            raise TypeError(f"expected a decimal, got {type(value).__name__}")
+        return numeric_text(value)
     if t == "bool":
         if isinstance(value, str):          # binlog BIT(1): "1"/"0"
             return value == "1"
@@ -321,16 +361,14 @@ def to_logical(n: NativeColumn, value: Any) -> Any:
     if t in ("float32", "float64"):
         if isinstance(value, bool) or not isinstance(value, (int, float, decimal.Decimal)):
             raise TypeError(f"expected a number, got {type(value).__name__}")
-        return float(value)
-    if t == "string":
+        return float32(float(value)) if t == "float32" else float(value)
+    if t == "string" or t.startswith("text:"):
         if n.data_type == "time":
             if isinstance(value, dt.timedelta):
                 return format_time(value, n.fsp)
         elif n.data_type == "set" and isinstance(value, (set, frozenset)):
             order = n.set_values or tuple(sorted(value))
             return ",".join(v for v in order if v in value)
-        elif isinstance(value, decimal.Decimal):   # DECIMAL(p>38,s)
-            return format(value, "f")
         if isinstance(value, (bytes, bytearray)):  # a character set the library cannot decode
             return bytes(value).decode(n.encoding)
         if not isinstance(value, str):
@@ -354,22 +392,49 @@ def to_logical(n: NativeColumn, value: Any) -> Any:
             value = value.ljust(n.length, b"\x00")  # the binlog strips BINARY(n) padding
         return value
     if t == "date":
-        if isinstance(value, dt.datetime):
-            raise TypeError("expected a date, got a datetime")
-        if isinstance(value, dt.date):
-            return value
-        if isinstance(value, str):  # pymysql gives zero dates as text; the binlog None
-            return None
-        raise TypeError(f"expected a date, got {type(value).__name__}")
-    if t == "timestamp":
-        if isinstance(value, dt.datetime):
-            if value.tzinfo is not None:
-                value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
-            return value
-        if isinstance(value, str):
-            return None
-        raise TypeError(f"expected a datetime, got {type(value).__name__}")
+        if isinstance(value, str):          # selected as text (select_expr)
+            return _zero_as(n, parse_mysql_datetime, value, date_only=True)
+        if isinstance(value, dt.datetime) or not isinstance(value, dt.date):
+            raise TypeError(f"expected a date, got {type(value).__name__}")
+        return value
+    if t in ("timestamp", "timestamptz"):
+        if isinstance(value, str):          # selected as text (select_expr)
+            return _zero_as(n, parse_mysql_datetime, value)
+        if not isinstance(value, dt.datetime):
+            raise TypeError(f"expected a datetime, got {type(value).__name__}")
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        if t == "timestamptz" and value == EPOCH and not n.zero_as_null:
+            # the binlog carries TIMESTAMP as seconds since the epoch, and 0 is the zero
+            # TIMESTAMP: 1970-01-01 00:00:00 UTC itself is outside TIMESTAMP's range
+            raise ZeroDateError("the zero TIMESTAMP ('0000-00-00 00:00:00') has no exact "
+                                "counterpart; fix the value at the source, or set the source's "
+                                "zero_dates: null")
+        return None if t == "timestamptz" and value == EPOCH else value
     raise TypeError(f"unsupported logical type {t}")
+
+
+def _zero_as(n: NativeColumn, parse: Callable, text: str, **kw) -> Any:
+    try:
+        return parse(text, **kw)
+    except ZeroDateError:
+        if n.zero_as_null:
+            return None
+        raise
+
+
+def key_sql_value(n: NativeColumn, value: Any) -> Any:
+    """A key value as the SQL value that compares with the column in its own order:
+    ENUM and SET by their numbers (ORDER BY sorts them so, a string compares as text),
+    numeric text as a Decimal (a string would compare as a double)."""
+    if n.data_type == "enum" and isinstance(value, str):
+        return n.set_values.index(value) + 1 if value in n.set_values else 0
+    if n.data_type == "set" and isinstance(value, str):
+        members = set(value.split(",")) if value else set()
+        return sum(1 << i for i, m in enumerate(n.set_values) if m in members)
+    if n.logical.startswith("numeric") and isinstance(value, str):
+        return decimal.Decimal(value)
+    return value
 
 
 def _json_text(v: Any) -> Any:
@@ -398,6 +463,10 @@ def binlog_problems(variables: dict[str, Any]) -> list[Problem]:
     if v.get("binlog_row_image", "FULL") != "FULL":
         out.append(Problem(f"binlog_row_image is {v['binlog_row_image']}, not FULL",
                            "SET GLOBAL binlog_row_image=FULL and in the server config"))
+    if v.get("log_bin_compress") in ("ON", "1"):
+        out.append(Problem("log_bin_compress is ON: compressed binlog events cannot be decoded, "
+                           "their rows would be lost",
+                           "SET GLOBAL log_bin_compress=OFF and in the server config"))
     if "binlog_row_metadata" in v and v["binlog_row_metadata"] != "FULL":
         out.append(Problem(f"binlog_row_metadata is {v['binlog_row_metadata']}, not FULL "
                            "(the binlog would carry no column names)",
@@ -511,8 +580,14 @@ class MySQLSource(SqlSource):
 
     to_logical = staticmethod(to_logical)
     needs_expr = staticmethod(_needs_expr)
+    text_parsed = staticmethod(text_parsed)
+    dialect = "mysql"
 
     heartbeat_s = 0.5          # binlog heartbeat: how soon an idle read_log yields Idle
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self._engines: dict[str, str] = {}
     read_timeout_s = 30.0      # a silent binlog connection is dead after this long
 
     def __repr__(self) -> str:
@@ -554,7 +629,7 @@ class MySQLSource(SqlSource):
     def server_variables(self) -> dict[str, str]:
         rows = self._query(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
-            "'binlog_row_image', 'binlog_row_metadata', 'server_id')")
+            "'binlog_row_image', 'binlog_row_metadata', 'server_id', 'log_bin_compress')")
         return {str(k).lower(): str(v) for k, v in rows}
 
     def check(self) -> list[Problem]:
@@ -611,12 +686,45 @@ class MySQLSource(SqlSource):
             except pymysql.MySQLError as e:
                 problems.append(Problem(f"cannot select from the table: {e}",
                                         f"GRANT SELECT ON {quote_table(table)} TO <user>", table))
+                continue
+            problems += self.value_problems(table)
         return problems
+
+    def value_problems(self, table: str) -> list[Problem]:
+        """Values of the table that no target can hold exactly (one scan of the table):
+        zero or invalid dates (unless zero_dates: null), NUL characters in text (a
+        PostgreSQL target's text cannot hold them). Each would hold the table's apply."""
+        schema = self.table_schema(table)
+        native = self.native_columns(table)
+        checks = []
+        for c in schema.columns:
+            n, q = native[c.name], quote_ident(c.name)
+            if n.data_type in ("date", "datetime", "timestamp") and not n.zero_as_null:
+                checks.append((c.name, "zero or invalid dates ('0000-00-00', a zero month or day, "
+                               "a day the month does not have)",
+                               f"{q} IS NOT NULL AND COALESCE(YEAR({q}) = 0 OR MONTH({q}) = 0 OR "
+                               f"DAYOFMONTH({q}) = 0 OR DAYOFMONTH(LAST_DAY({q})) < DAYOFMONTH({q}), 1)",
+                               "UPDATE them to real dates or NULL, or set zero_dates: null for the "
+                               "source (zero dates become NULL)"))
+            elif c.type in ("string", "json") and n.data_type not in ("enum", "set"):
+                checks.append((c.name, "NUL characters, which PostgreSQL text cannot hold",
+                               f"INSTR({q}, CHAR(0)) > 0",
+                               "remove the NUL characters, or make the column binary"))
+        if not checks:
+            return []
+        sums = ", ".join(f"COALESCE(SUM({pred}), 0)" for _, _, pred, _ in checks)
+        try:
+            (counts,) = self._query(f"SELECT {sums} FROM {quote_table(table)}")
+        except pymysql.MySQLError as e:
+            return [Problem(f"cannot scan the table's values: {e}", "grant SELECT on the table", table)]
+        return [Problem(f"{int(n):,} row(s) of column {name} hold {what}: no target holds them "
+                        "exactly (the table's apply would stop before them)", fix, table)
+                for (name, what, _, fix), n in zip(checks, counts) if int(n)]
 
     # -- schemas -----------------------------------------------------------------
     def _load_schema(self, table: str) -> None:
         db, _, name = table.partition(".")
-        kind = self._query("SELECT TABLE_TYPE FROM information_schema.TABLES "
+        kind = self._query("SELECT TABLE_TYPE, ENGINE FROM information_schema.TABLES "
                            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, name))
         if not kind:
             raise UnknownTableError(f"table {table} does not exist in source {self.name!r}")
@@ -649,11 +757,19 @@ class MySQLSource(SqlSource):
             native[cname] = NativeColumn(cname, dtype, ctype, logical,
                                          fsp=int(fsp or 0) if dtype == "time" else 0,
                                          length=length, set_values=_set_members(ctype),
-                                         charset=str(charset or "").lower())
+                                         charset=str(charset or "").lower(),
+                                         zero_as_null=self.config.zero_dates == "null")
             columns.append(Column(cname, logical, nullable == "YES"))
         schema = TableSchema(db, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
         self._schemas[table] = schema
         self._native[table] = native
+        self._engines[table] = str(kind[0][1] or "").lower()
+
+    def transactional(self, table: str) -> bool:
+        """Whether the table's engine rolls back (MyISAM, Aria, MEMORY do not: their rows
+        stay written when the transaction around them rolls back)."""
+        self.table_schema(table)
+        return self._engines.get(table) in _TRANSACTIONAL_ENGINES
 
     def _json_check_columns(self, db: str, name: str) -> set[str]:
         """MariaDB's JSON is LONGTEXT with a CHECK (json_valid(col)) constraint."""
@@ -712,8 +828,8 @@ class MySQLSource(SqlSource):
         p = _Params()
         cond = []
         if after is not None:
-            cond.append(_key_after(table.key, after, p))
-        cond.append(_key_upto(table.key, upto, p))
+            cond.append(_key_after(table.key, self._key_sql(table, after), p))
+        cond.append(_key_upto(table.key, self._key_sql(table, upto), p))
         keys = ", ".join(quote_ident(k) for k in table.key)
         sql = (
             f"SELECT {keys}, `__dblog_cnt` FROM ("
@@ -740,10 +856,14 @@ class MySQLSource(SqlSource):
                 raise ValueError("a partition's upper bound cannot be None")
             parts = []
             if lo is not None:
-                parts.append(_key_after(cols, lo, sql_literal))
-            parts.append(_key_upto(cols, hi, sql_literal))
+                parts.append(_key_after(cols, self._key_sql(table, lo), sql_literal))
+            parts.append(_key_upto(cols, self._key_sql(table, hi), sql_literal))
             out.append(" AND ".join(parts))
         return out
+
+    def _key_sql(self, table: TableSchema, key: tuple) -> tuple:
+        native = self.native_columns(table.qualified)
+        return tuple(key_sql_value(native[k], v) for k, v in zip(table.key, key))
 
     def select_list(self, table: TableSchema) -> str:
         native = self.native_columns(table.qualified)
@@ -756,13 +876,14 @@ class MySQLSource(SqlSource):
         keys = list(dict.fromkeys(tuple(k) for k in keys))
         for i in range(0, len(keys), SELECT_BATCH):
             batch = keys[i:i + SELECT_BATCH]
+            sql_keys = [self._key_sql(table, k) for k in batch]
             if len(table.key) == 1:
                 where = f"{quote_ident(table.key[0])} IN ({', '.join(['%s'] * len(batch))})"
-                args = [k[0] for k in batch]
+                args = [k[0] for k in sql_keys]
             else:
                 one = "(" + " AND ".join(f"{quote_ident(k)} = %s" for k in table.key) + ")"
                 where = " OR ".join([one] * len(batch))
-                args = [v for k in batch for v in k]
+                args = [v for k in sql_keys for v in k]
             self._append_rows(table, cols, self._query(base + where, args))
         return self._arrow(table, cols)
 
@@ -772,11 +893,11 @@ class MySQLSource(SqlSource):
         from ..conditions import parse_condition
         cond = parse_condition(table, condition, quote_ident)
         native = self.native_columns(table.qualified)
-        cols = ", ".join(quote_ident(k) for k in table.key)
-        sql = (f"SELECT {cols} FROM {quote_table(table.qualified)} WHERE {cond.sql} "
-               f"ORDER BY {cols} LIMIT {int(limit) + 1}")
-        return [tuple(to_logical(native[k], v) for k, v in zip(table.key, row))
-                for row in self._query(sql, list(cond.params))]
+        exprs = ", ".join(select_expr(native[k]) for k in table.key)
+        order = ", ".join(f"{quote_table(table.qualified)}.{quote_ident(k)}" for k in table.key)
+        sql = (f"SELECT {exprs} FROM {quote_table(table.qualified)} WHERE {cond.sql} "
+               f"ORDER BY {order} LIMIT {int(limit) + 1}")
+        return [self._typed_key(table, row) for row in self._query(sql, list(cond.params))]
 
     # -- Spark JDBC ----------------------------------------------------------------
     def jdbc(self) -> tuple[str, dict[str, str]]:
@@ -854,8 +975,8 @@ class MySQLSource(SqlSource):
         ``server_id`` defaults to the config's; concurrent readers need different ones."""
         from pymysqlreplication import BinLogStreamReader
         from pymysqlreplication.constants import FIELD_TYPE
-        from pymysqlreplication.event import (HeartbeatLogEvent, QueryEvent, RotateEvent,
-                                              XAPrepareEvent, XidEvent)
+        from pymysqlreplication.event import (HeartbeatLogEvent, NotImplementedEvent, QueryEvent,
+                                              RotateEvent, XAPrepareEvent, XidEvent)
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
         if resume is None:
@@ -874,14 +995,31 @@ class MySQLSource(SqlSource):
             log_file=file, log_pos=pos, resume_stream=True, blocking=True,
             slave_heartbeat=self.heartbeat_s, is_mariadb=False, pymysql_wrapper=_pymysql_connect,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent,
-                         RotateEvent, HeartbeatLogEvent, XAPrepareEvent],
+                         RotateEvent, HeartbeatLogEvent, XAPrepareEvent, NotImplementedEvent],
+            filter_non_implemented_events=False,
             only_schemas=sorted({t.split(".", 1)[0] for t in self.tables} | {self.namespace}),
             only_tables=sorted({t.split(".", 1)[1] for t in self.tables} | {WATERMARK_TABLE}),
             enable_logging=False)
 
         in_txn = False          # between BEGIN and its commit
         captured_in_txn = 0     # rows of watched tables in the open transaction
+        # the open transaction's row changes, given out at its commit: a ROLLBACK (a
+        # transaction that also wrote a non-transactional table is logged, then rolled
+        # back) or a ROLLBACK TO SAVEPOINT drops those of transactional tables
+        txn: list[Event] = []
+        savepoints: dict[str, int] = {}
+        transactional = {t: self.transactional(t) for t in self.tables}
         converters: dict[str, _RowConverter] = {}
+
+        def committed() -> Iterator[RowChange]:
+            nonlocal txn
+            out, txn = txn, []
+            savepoints.clear()
+            return (RowChange(e) for e in out)
+
+        def rolled_back(since: int) -> None:
+            nonlocal txn
+            txn = txn[:since] + [e for e in txn[since:] if not transactional[e.table]]
         connects = 0
 
         def txn_end(offset: int) -> TxnEnd:
@@ -900,6 +1038,15 @@ class MySQLSource(SqlSource):
                 if isinstance(ev, HeartbeatLogEvent):
                     yield Idle()
                     continue
+                if isinstance(ev, NotImplementedEvent):
+                    if ev.event_type in COMPRESSED_EVENTS:
+                        raise SourceSetupError(
+                            f"the binlog of source {self.name!r} holds a compressed event (type "
+                            f"{ev.event_type}, log_bin_compress=ON) that the reader cannot decode: "
+                            "its rows would be lost. SET GLOBAL log_bin_compress=OFF (and in the "
+                            "server config), then re-dump the tables and move the tail's checkpoint "
+                            "past the compressed events")
+                    continue
                 if isinstance(ev, RotateEvent):
                     if ev.timestamp == 0:  # sent at each (re)connect
                         connects += 1
@@ -917,6 +1064,7 @@ class MySQLSource(SqlSource):
                 offset = ev.packet.log_pos  # where the next event starts
                 if isinstance(ev, XidEvent):
                     in_txn, captured_in_txn = False, 0
+                    yield from committed()
                     yield txn_end(offset)
                     continue
                 if isinstance(ev, XAPrepareEvent):
@@ -934,9 +1082,18 @@ class MySQLSource(SqlSource):
                         # COMMIT of a non-transactional engine, or DDL (its own transaction)
                         if not in_txn:
                             self._check_ddl(ev, Position(file_no, offset, 0))
+                        if q == "ROLLBACK":
+                            rolled_back(0)
                         in_txn, captured_in_txn = False, 0
+                        yield from committed()
                         yield txn_end(offset)
-                    # else SAVEPOINT / ROLLBACK TO inside a transaction: not an end
+                    else:   # SAVEPOINT / ROLLBACK TO inside a transaction: not an end
+                        text = " ".join(str(ev.query).split()).rstrip(";")
+                        m = _SAVEPOINT.match(text) if _SAVEPOINT_Q.match(text) else None
+                        if m and m.group(1):
+                            rolled_back(savepoints.get(_unquote(m.group(2)), 0))
+                        elif m:
+                            savepoints[_unquote(m.group(2))] = len(txn)
                     continue
                 # a rows event
                 table = f"{ev.schema}.{ev.table}"
@@ -975,29 +1132,31 @@ class MySQLSource(SqlSource):
                     conv.check_names(rows, "before_values")
                     conv.check_names(rows, "after_values")
                     for row in rows:
-                        before, kb = conv(row["before_values"], row["before_none_sources"], fix_time)
-                        after, ka = conv(row["after_values"], row["after_none_sources"], fix_time)
+                        before, kb, wb = conv.image(row["before_values"], row["before_none_sources"], fix_time)
+                        after, ka, wa = conv.image(row["after_values"], row["after_none_sources"], fix_time)
                         if kb == ka:
-                            yield RowChange(Event(table, UPDATE, kb, before, after,
-                                                  Position(file_no, start, seq), ts))
+                            txn.append(Event(table, UPDATE, kb, before, after,
+                                                  Position(file_no, start, seq), ts, wa))
                             seq += 1
                         else:  # a primary-key change: the old key goes, the new one comes
-                            yield RowChange(Event(table, DELETE, kb, before, None,
-                                                  Position(file_no, start, seq), ts))
-                            yield RowChange(Event(table, INSERT, ka, None, after,
-                                                  Position(file_no, start, seq + 1), ts))
+                            txn.append(Event(table, DELETE, kb, before, None,
+                                                  Position(file_no, start, seq), ts,
+                                                  wb if conv.uncarried_key(kb) else None))
+                            txn.append(Event(table, INSERT, ka, None, after,
+                                                  Position(file_no, start, seq + 1), ts, wa))
                             seq += 2
                 else:
                     conv.check_names(rows, "values")
                     insert = isinstance(ev, WriteRowsEvent)
                     for row in rows:
-                        image, key = conv(row["values"], row["none_sources"], fix_time)
+                        image, key, why = conv.image(row["values"], row["none_sources"], fix_time)
                         if insert:
-                            yield RowChange(Event(table, INSERT, key, None, image,
-                                                  Position(file_no, start, seq), ts))
+                            txn.append(Event(table, INSERT, key, None, image,
+                                                  Position(file_no, start, seq), ts, why))
                         else:
-                            yield RowChange(Event(table, DELETE, key, image, None,
-                                                  Position(file_no, start, seq), ts))
+                            txn.append(Event(table, DELETE, key, image, None,
+                                                  Position(file_no, start, seq), ts,
+                                                  why if conv.uncarried_key(key) else None))
                         seq += 1
                 captured_in_txn += seq
                 # once per rows event, not per row: a stop only ever discards the open
@@ -1042,18 +1201,36 @@ def _fast_check(n: NativeColumn, var: str) -> str | None:
     to_logical would return for it (so it is kept as it is), or None when every
     value of the column goes through to_logical."""
     t = n.logical
+    if n.data_type == "datetime":
+        return f"({var}.__class__ is _datetime and {var}.tzinfo is None)"
+    if n.data_type == "timestamp":   # 1970-01-01 00:00:00 is the zero TIMESTAMP
+        return f"({var}.__class__ is _datetime and {var}.tzinfo is None and {var} != _EPOCH)"
+    if n.data_type == "date":
+        return f"{var}.__class__ is _date"
+    if n.data_type == "year":
+        return f"({var}.__class__ is int and {var} != 1900)"
     if n.data_type in _SPECIAL:
         return None
     if t in _PLAIN:
-        return f"{var}.__class__ is {_PLAIN[t].__name__ if t != 'date' else '_date'}"
+        return f"{var}.__class__ is {_PLAIN[t].__name__}"
     if t in _INT_BITS:
         lim = _INT_LIMIT[t]
         return f"({var}.__class__ is int and {-lim} <= {var} < {lim})"
     if t.startswith("decimal("):
         return f"{var}.__class__ is _Decimal"   # to_logical: Decimal(value), an equal Decimal
-    if t == "timestamp":
-        return f"({var}.__class__ is _datetime and {var}.tzinfo is None)"
     return None
+
+
+# MariaDB's compressed query and rows events (log_bin_compress=ON): mysql-replication
+# has no decoder for them, so they would pass unseen
+COMPRESSED_EVENTS = frozenset(range(165, 172))
+_TRANSACTIONAL_ENGINES = {"innodb", "xtradb", "rocksdb", "tokudb"}
+_SAVEPOINT = re.compile(r"^(ROLLBACK\s+(?:WORK\s+)?TO\s+)?(?:SAVEPOINT\s+)?(`(?:[^`]|``)+`|\S+)$", re.I)
+_SAVEPOINT_Q = re.compile(r"^\s*(?:SAVEPOINT|ROLLBACK\s+(?:WORK\s+)?TO)\s", re.I)
+
+# a key value that could not be carried: the key is still told apart from every other
+# (no real value of a date or number column is a string starting with "!")
+UNCARRIED_KEY = "!uncarried:"
 
 
 class _RowConverter:
@@ -1062,13 +1239,18 @@ class _RowConverter:
     Built once per table: the per-column checks are compiled into one function,
     so the common value (already of its logical type's exact Python type, in range)
     costs one inline type test and anything else goes through ``to_logical``, which
-    raises on a type the captured schema does not expect (the table changed)."""
+    raises on a type the captured schema does not expect (the table changed).
+
+    A value no target can hold (UncarriedValueError) becomes None in the row, and
+    ``errors`` names it; the caller turns the row's event into a held one
+    (``Event.error``) and calls ``take_errors``."""
 
     def __init__(self, schema: TableSchema, native: dict[str, NativeColumn]):
         self.schema = schema
         self.names = list(schema.column_names)
         self.natives = [native[c] for c in self.names]
         self.has_time = any(n.data_type == "time" for n in self.natives)
+        self.errors: list[tuple[str, str]] = []   # (column, why) of the last converted images
         pos = {c: i for i, c in enumerate(self.names)}
         lines = ["def convert(values, none_sources, fix_time):"]
         vs = [f"v{i}" for i in range(len(self.names))]
@@ -1077,8 +1259,10 @@ class _RowConverter:
             v = vs[i]
             fast = _fast_check(n, v)
             slow = f"{v} = _slow({i}, {v}, none_sources, fix_time)"
-            if n.data_type == "set":      # None may be an empty set (none_sources)
-                lines.append(f"    {slow}")
+            if n.data_type in ("set", "date", "datetime", "timestamp"):
+                # None may be an empty set or a zero date (none_sources says which)
+                lines.append(f"    if {v} is None: {v} = _slow({i}, None, none_sources, fix_time)")
+                lines.append(f"    elif not {fast}: {slow}" if fast is not None else f"    else: {slow}")
             elif fast is None:
                 lines.append(f"    if {v} is not None: {slow}")
             else:
@@ -1087,12 +1271,35 @@ class _RowConverter:
         key = "".join(f"{vs[pos[k]]}, " for k in schema.key)
         lines.append(f"    return {{{row}}}, ({key})")
         env = {"_slow": self._slow, "_Decimal": decimal.Decimal, "_datetime": dt.datetime,
-               "_date": dt.date}
+               "_date": dt.date, "_EPOCH": EPOCH}
         exec(compile("\n".join(lines), f"<row converter {schema.qualified}>", "exec"), env)
         self.convert = env["convert"]
 
     def __call__(self, values: dict, none_sources: dict, fix_time) -> tuple[dict, tuple]:
         return self.convert(values, none_sources, fix_time)
+
+    def image(self, values: dict, none_sources: dict, fix_time) -> tuple[dict, tuple, str | None]:
+        """(row, key, why): ``why`` names the values that could not be carried (None if all were)."""
+        row, key = self.convert(values, none_sources, fix_time)
+        if not self.errors:
+            return row, key, None
+        why, key = self.take_errors(row, key, values)
+        return row, key, why
+
+    @staticmethod
+    def uncarried_key(key: tuple) -> bool:
+        return any(isinstance(v, str) and v.startswith(UNCARRIED_KEY) for v in key)
+
+    def take_errors(self, row: dict, key: tuple, values: dict) -> tuple[str, tuple]:
+        """The error text of the last converted image, and its key (a key column that
+        could not be carried is named by its raw value); clears ``errors``."""
+        why = "; ".join(f"{self.schema.qualified}.{c}: {e}" for c, e in self.errors)
+        bad = {c for c, _ in self.errors}
+        if bad & set(self.schema.key):
+            key = tuple(f"{UNCARRIED_KEY}{values.get(k)!r}" if k in bad else row[k]
+                        for k in self.schema.key)
+        self.errors = []
+        return why, key
 
     def check_names(self, rows: list, image: str) -> None:
         names = self.names
@@ -1119,7 +1326,10 @@ class _RowConverter:
         elif name in fix_time and isinstance(value, dt.timedelta):
             value = _fix_negative_time2(value)
         try:
-            return to_logical(n, value)
+            return to_logical(n, value, none_sources.get(name) if value is None else None)
+        except UncarriedValueError as e:
+            self.errors.append((name, str(e)))
+            return None
         except (TypeError, ValueError) as e:
             raise SchemaChangedError(
                 f"{self.schema.qualified}.{name} ({n.column_type}): {e}; the column's type changed "

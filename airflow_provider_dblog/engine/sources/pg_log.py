@@ -32,9 +32,11 @@ import psycopg2
 import psycopg2.extras
 from psycopg2 import sql
 
-from ..errors import DBLogError, SchemaChangedError, SourceSetupError
+from ..errors import DBLogError, SchemaChangedError, SourceSetupError, UncarriedValueError
 from ..events import DELETE, INSERT, UPDATE, Event
+from ..netting import needs_netting, net_changes
 from ..positions import Position
+from ..values import pg_options
 from .base import Idle, LogItem, Problem, RowChange, TxnEnd, WatermarkSeen
 from .pgoutput import (Begin, Commit, Delete, Insert, Relation, StreamAbort, StreamCommit,
                        StreamStart, StreamStop, Truncate, Update, decode)
@@ -45,9 +47,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
-# the walsender prints values with these settings (pgoutput's text format)
-REPLICATION_OPTIONS = ("-c DateStyle=ISO -c TimeZone=UTC -c bytea_output=hex "
-                       "-c extra_float_digits=1 -c IntervalStyle=postgres")
+# the walsender prints values with these settings (pgoutput's text format): the same
+# as every other session of the engine (values.PG_TEXT_SETTINGS)
+REPLICATION_OPTIONS = pg_options()
 FEEDBACK_EVERY_S = 5.0
 SLOT_RELEASE_WAIT_S = 15.0
 BOUNDARY_EVERY_S = 0.2    # how often a keepalive's wal_end becomes a TxnEnd   # standby status also acts as the connection's keepalive
@@ -228,6 +230,11 @@ class PgLog:
         last_idle = time.monotonic()
         in_txn = False
         commit_lsn, seq, ts = 0, 0, 0
+        # the open transaction's row changes (given out at its commit), the keys it touched,
+        # and whether one was touched twice (engine/netting.py)
+        txn: list[Event] = []
+        touched: set = set()
+        shared = False
         last_end = start_lsn   # the highest TxnEnd position given so far
         tick = 0               # messages until the next stop test and feedback look
         try:
@@ -278,18 +285,23 @@ class PgLog:
                             seq += 1
                         continue
                     if cls is Insert:
-                        after = _row(m.new, rel, convs, None, schemas[table], commit_lsn)
-                        yield RowChange(Event(table, INSERT, key_of(after), None, after,
-                                              Position(0, commit_lsn, seq), ts))
+                        errs: list = []
+                        after = _row(m.new, rel, convs, None, schemas[table], commit_lsn, errs)
+                        key, why, _ = _keyed(schemas[table], key_of, after, errs)
+                        txn.append(Event(table, INSERT, key, None, after,
+                                         Position(0, commit_lsn, seq), ts, why))
+                        shared = shared or needs_netting(touched, table, key)
                         seq += 1
                         continue
-                    for op, key, before, after in _old_new(m, rel, convs, schemas[table],
-                                                           key_of, commit_lsn):
-                        yield RowChange(Event(table, op, key, before, after,
-                                              Position(0, commit_lsn, seq), ts))
+                    for op, key, before, after, why in _old_new(m, rel, convs, schemas[table],
+                                                                key_of, commit_lsn):
+                        txn.append(Event(table, op, key, before, after,
+                                         Position(0, commit_lsn, seq), ts, why))
+                        shared = shared or needs_netting(touched, table, key)
                         seq += 1
                 elif cls is Begin:
                     in_txn, commit_lsn, seq, ts = True, m.final_lsn, 0, _ms(m.commit_ts)
+                    txn, touched, shared = [], set(), False
                 elif cls is Commit:
                     if not in_txn or m.commit_lsn != commit_lsn:
                         raise DBLogError(f"pgoutput Commit at {int_to_lsn(m.commit_lsn)} does not "
@@ -297,6 +309,11 @@ class PgLog:
                     in_txn = False
                     tick = 0
                     last_end = max(last_end, m.end_lsn)
+                    # a key touched twice may have held two rows at once (a DEFERRABLE key):
+                    # then the transaction's changes go out as one final change per key
+                    for e in (net_changes(txn) if shared else txn):
+                        yield RowChange(e)
+                    txn = []
                     yield TxnEnd(Position(0, m.end_lsn, 0), {"lsn": int_to_lsn(m.end_lsn)})
                 elif cls is Relation:
                     table = f"{m.namespace}.{m.name}"
@@ -353,15 +370,24 @@ def _key_getter(schema) -> Callable[[dict], tuple]:
     return operator.itemgetter(*schema.key)
 
 
-def _row(tup, rel: Relation, convs: list, old: dict | None, schema, commit_lsn: int) -> dict:
+UNCARRIED_KEY = "!uncarried:"   # as in sources/mysql.py: a key value no target can hold
+
+
+def _row(tup, rel: Relation, convs: list, old: dict | None, schema, commit_lsn: int,
+         errs: list) -> dict:
     """One tuple's values, each parsed by its column's converter (postgres.text_converter);
-    an unchanged TOAST value (kind 'u') is taken from ``old``, the full old row."""
+    an unchanged TOAST value (kind 'u') is taken from ``old``, the full old row. A value
+    no target can hold becomes None and is named in ``errs`` as (column, raw text, why)."""
     out = {}
     for col, conv, (kind, raw) in zip(rel.columns, convs, tup):
         try:
             if kind == "t":   # the common case first: a text value
                 out[col.name] = conv(raw.decode("utf-8"))
                 continue
+        except UncarriedValueError as e:
+            errs.append((col.name, raw.decode("utf-8"), str(e)))
+            out[col.name] = None
+            continue
         except (TypeError, ValueError) as e:
             raise SchemaChangedError(
                 f"{schema.qualified}.{col.name}: {e}; the column's type changed (ALTER "
@@ -382,22 +408,37 @@ def _row(tup, rel: Relation, convs: list, old: dict | None, schema, commit_lsn: 
     return out
 
 
+def _keyed(schema, key_of, row: dict, errs: list) -> tuple[tuple, str | None, bool]:
+    """(key, why, key_bad) of a row image: ``why`` names its values that could not be
+    carried, and a key column among them is named by its raw text in the key."""
+    if not errs:
+        return key_of(row), None, False
+    why = "; ".join(f"{schema.qualified}.{c}: {e}" for c, _, e in errs)
+    bad = {c: raw for c, raw, _ in errs}
+    key_bad = any(k in bad for k in schema.key)
+    key = tuple(f"{UNCARRIED_KEY}{bad[k]!r}" if k in bad else row[k] for k in schema.key)
+    return key, why, key_bad
+
+
 def _old_new(m, rel: Relation, convs: list, schema, key_of, commit_lsn: int) -> tuple:
-    """(op, key, before, after) for an Update or Delete message: one, or a delete and an
-    insert when the update changed the key. Both need the full old row."""
+    """(op, key, before, after, error) for an Update or Delete message: one, or a delete
+    and an insert when the update changed the key. Both need the full old row."""
     if m.old is None:
         raise SourceSetupError(
             f"an {'UPDATE' if isinstance(m, Update) else 'DELETE'} of {schema.qualified} at LSN "
             f"{_lsn(commit_lsn)} carries no full old row: ALTER TABLE {schema.qualified} "
             "REPLICA IDENTITY FULL, then re-dump the table")
-    before = _row(m.old, rel, convs, None, schema, commit_lsn)
+    eb: list = []
+    before = _row(m.old, rel, convs, None, schema, commit_lsn, eb)
+    kb, wb, kb_bad = _keyed(schema, key_of, before, eb)
     if m.__class__ is Delete:
-        return ((DELETE, key_of(before), before, None),)
-    after = _row(m.new, rel, convs, before, schema, commit_lsn)
-    kb, ka = key_of(before), key_of(after)
+        return ((DELETE, kb, before, None, wb if kb_bad else None),)
+    ea: list = []
+    after = _row(m.new, rel, convs, before, schema, commit_lsn, ea)
+    ka, wa, _ = _keyed(schema, key_of, after, ea)
     if kb == ka:
-        return ((UPDATE, kb, before, after),)
-    return ((DELETE, kb, before, None), (INSERT, ka, None, after))   # a key change
+        return ((UPDATE, kb, before, after, wa),)
+    return ((DELETE, kb, before, None, wb if kb_bad else None), (INSERT, ka, None, after, wa))
 
 
 def _lsn(value: int) -> str:

@@ -13,19 +13,21 @@ user WHERE conditions) is quoted by ``quote_ident``, which writes what
 Types (native -> logical, engine/schema.py):
 
 * int2/int4/int8 -> int16/int32/int64; float4/float8 -> float32/float64; bool -> bool
-* numeric(p,s) -> decimal(p,s) when 0 <= s <= p <= 38; unconstrained numeric (and
-  any other numeric) -> string, PostgreSQL's own text of the value
-* text/varchar/bpchar/name/citext, enums, uuid, time, timetz, interval, inet, cidr,
-  macaddr, xml -> string (PostgreSQL's text output; CHAR(n) keeps its padding)
-* arrays -> string: PostgreSQL's text form, e.g. ``{1,2,NULL}``
-* json/jsonb -> json: the text as PostgreSQL prints it (jsonb normalised)
-* bytea -> binary; date -> date; timestamp -> timestamp (naive, microseconds)
-* timestamptz -> timestamp: converted to UTC and made naive
-  (``col AT TIME ZONE 'UTC'``; every session of this module runs in UTC)
+* numeric(p,s) / numeric -> numeric(p,s) / numeric: the exact text (NaN and
+  ±Infinity included), typed numeric in a target
+* text/varchar/bpchar/name/citext, enums -> string (CHAR(n) keeps its padding)
+* uuid, inet, cidr, macaddr(8), xml, interval, time, timetz, bit, varbit, jsonb and
+  arrays of built-in types -> ``text:<the column's type>``: PostgreSQL's own text of the
+  value, which a target column of the same type reads back unchanged
+* json -> json (the text as written); bytea -> binary
+* date / timestamp / timestamptz -> date / timestamp / timestamptz, BC years and
+  ±infinity included (engine/values.py FarDate / FarTimestamp)
+* money and other types -> refused by ``dblog check`` (money's text depends on lc_monetary)
 
-Columns whose value is not what psycopg2 or Spark's JDBC reader would give
-directly are selected through an expression (``select_expr``), the same one for
-``select_keys`` and for Spark (``jdbc_table``), so both read the same values.
+Every value that is not a plain int, float, bool, bytea or text is selected as its text
+(``select_expr``: ``::text``) and parsed by the same functions on every path: the log
+(pgoutput sends text), ``select_keys`` and the Spark chunk select. Every session prints
+with ``values.PG_TEXT_SETTINGS``, whatever the server's defaults.
 
 Nothing here imports Airflow.
 """
@@ -46,10 +48,12 @@ from psycopg2 import sql
 import pyarrow as pa
 
 from ..config import SourceConfig
-from ..errors import (NoPrimaryKeyError, SourceSetupError,
+from ..errors import (InvalidKeyError, NoPrimaryKeyError, SourceSetupError,
                       UnknownTableError, WatermarkError)
 from ..positions import Position
-from ..schema import Column, TableSchema
+from ..schema import Column, TableSchema, is_text_carried
+from ..values import (FarDate, FarTimestamp, float32, parse_pg_date, parse_pg_timestamp, pg_date_text,
+                      pg_options, pg_set_statements, pg_timestamp_text)
 from .base import ChunkPlan, LogItem, Problem
 from .common import SELECT_BATCH, WATERMARK_TABLE, SqlSource, raw_key_alias
 
@@ -59,7 +63,7 @@ JDBC_DRIVER = "org.postgresql.Driver"
 # standard_conforming_strings: range_predicates' literals never use backslash escapes
 # (a bytea literal is '\x..'), so they must be read as written
 JDBC_SESSION_INIT = ("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED; "
-                     "SET TIME ZONE 'UTC'; SET standard_conforming_strings = on")
+                     + pg_set_statements())
 UTC = dt.timezone.utc
 
 
@@ -141,15 +145,14 @@ def pg_literal(value: Any, native_type: str = "") -> str:
         return f"'{value!r}'::{cast}"
     if isinstance(value, str):
         return _quote_string(value)
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
+    if isinstance(value, (dt.datetime, FarTimestamp)):
+        if isinstance(value, dt.datetime) and value.tzinfo is not None:
             raise ValueError(f"cannot render timezone-aware datetime {value!r}")
-        text = value.isoformat(sep=" ", timespec="microseconds")
         if native_type == "timestamptz":  # the engine's value is the UTC wall clock
-            return f"'{text}+00'::timestamptz"
-        return f"'{text}'::timestamp"
-    if isinstance(value, dt.date):
-        return f"'{value.isoformat()}'::date"
+            return f"'{pg_timestamp_text(value, True)}'::timestamptz"
+        return f"'{pg_timestamp_text(value, False)}'::timestamp"
+    if isinstance(value, (dt.date, FarDate)):
+        return f"'{pg_date_text(value)}'::date"
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "'\\x" + bytes(value).hex() + "'::bytea"
     raise TypeError(f"cannot render a {type(value).__name__} key value as SQL: {value!r}")
@@ -186,21 +189,23 @@ class _Params:
         self.args: list[Any] = []
 
     def __call__(self, value: Any, native_type: str = "") -> str:
-        if native_type == "timestamptz" and isinstance(value, dt.datetime) and value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
+        if isinstance(value, (dt.datetime, FarTimestamp)):   # the text PostgreSQL reads exactly
+            value = pg_timestamp_text(value, native_type == "timestamptz")
+        elif isinstance(value, FarDate):
+            value = pg_date_text(value)
         self.args.append(value)
         return "%s"
 
 
 # -- native types -> logical types ---------------------------------------------
 _SIMPLE = {"int2": "int16", "int4": "int32", "int8": "int64", "float4": "float32",
-           "float8": "float64", "bool": "bool", "json": "json", "jsonb": "json",
-           "bytea": "binary", "date": "date", "timestamp": "timestamp", "timestamptz": "timestamp"}
-_STRINGS = {"text", "varchar", "bpchar", "name", "citext", "uuid", "time", "timetz", "interval",
-            "inet", "cidr", "macaddr", "macaddr8", "xml"}
-# read as PostgreSQL's text output (psycopg2 / Spark would give another form)
-_TEXT_CAST = {"uuid", "time", "timetz", "interval", "inet", "cidr", "macaddr", "macaddr8", "xml",
-              "json", "jsonb", "citext"}
+           "float8": "float64", "bool": "bool", "json": "json", "bytea": "binary", "date": "date",
+           "timestamp": "timestamp", "timestamptz": "timestamptz"}
+_STRINGS = {"text", "varchar", "bpchar", "name", "citext"}
+# carried as PostgreSQL's text, typed as the column's own type in a target
+_TEXT_TYPED = {"uuid", "inet", "cidr", "macaddr", "macaddr8", "xml", "interval", "time", "timetz",
+               "bit", "varbit", "jsonb"}
+_PARSED = {"date", "timestamp", "timestamptz"}   # selected as text, parsed by values.py
 _INT_BITS = {"int16": 16, "int32": 32, "int64": 64}
 
 
@@ -208,40 +213,57 @@ _INT_BITS = {"int16": 16, "int32": 32, "int64": 64}
 class NativeColumn:
     name: str
     type_name: str       # base type's pg_type.typname ("_int4" for int4[])
-    formatted: str       # format_type(): "numeric(10,2)", "integer[]", ...
+    formatted: str       # format_type() of the base type: "numeric(10,2)", "integer[]", ...
     logical: str
     category: str = ""   # pg_type.typcategory of the base type ("A" array, "E" enum)
     type_oid: int = 0    # the base type's oid (how pgoutput's text value is parsed)
     att_type_oid: int = 0  # the column's declared type oid (a domain's own), as pgoutput sends it
 
 
-def logical_type(type_name: str, category: str, precision: int | None, scale: int | None) -> str:
-    """The logical type of a PostgreSQL column (base type of a domain); ValueError if unsupported."""
+def logical_type(type_name: str, category: str, formatted: str, builtin: bool = True) -> str:
+    """The logical type of a PostgreSQL column (base type of a domain); ValueError if
+    unsupported. ``formatted``: format_type of the base type with the column's typmod;
+    ``builtin``: the type (an array's element type) is one of PostgreSQL's own."""
+    from ..schema import arrow_type
+
     t = type_name.lower()
     if category == "A":
-        return "string"
+        if builtin:
+            try:
+                arrow_type(f"text:{formatted}")
+                return f"text:{formatted}"
+            except ValueError:
+                pass
+        return "string"   # an array of an enum, a domain, a composite: its text
     if category == "E":
         return "string"
     if t in _SIMPLE:
         return _SIMPLE[t]
     if t == "numeric":
-        if precision is None:
-            return "string"
-        p, s = int(precision), int(scale or 0)
-        return f"decimal({p},{s})" if 0 < p <= 38 and 0 <= s <= p else "string"
+        m = re.fullmatch(r"numeric\((\d+),(\d+)\)", formatted)
+        return f"numeric({m.group(1)},{m.group(2)})" if m else "numeric"
     if t in _STRINGS:
         return "string"
+    if t in _TEXT_TYPED:
+        return f"text:{formatted}"
+    if t == "money":
+        raise ValueError("type money is not supported: its text depends on lc_monetary, so no "
+                         "value is exact across servers; use numeric(p,2)")
     raise ValueError(f"column type {type_name!r} is not supported")
 
 
+def text_parsed(n: NativeColumn) -> bool:
+    """Selected as text that engine/values.py parses into the logical type."""
+    return n.type_name in _PARSED or n.logical.startswith("numeric")
+
+
 def select_expr(n: NativeColumn, quote: Callable[[str], str] = quote_ident) -> str:
-    """The SELECT expression giving a column's value in its logical form (the same for
-    psycopg2 and Spark's JDBC reader)."""
+    """The SELECT expression giving a column's value in the form every path shares (the
+    same for psycopg2 and Spark's JDBC reader): its text, unless it is a plain int,
+    float, bool, bytea or text value."""
     q = quote(n.name)
-    if n.type_name == "timestamptz":
-        return f"({q} AT TIME ZONE 'UTC') AS {q}"
-    if n.logical in ("string", "json") and (
-            n.type_name in _TEXT_CAST or n.category in ("A", "E") or n.type_name == "numeric"):
+    if text_parsed(n) or n.logical.startswith("text:") or n.logical == "json" or (
+            n.logical == "string" and n.type_name not in ("text", "varchar", "bpchar", "name")):
         return f"{q}::text AS {q}"
     return q
 
@@ -256,23 +278,21 @@ def to_logical(n: NativeColumn, value: Any) -> Any:
     if value is None:
         return None
     t = n.logical
+    if isinstance(value, str) and text_parsed(n):
+        return text_converter(n)(value)
     if t in _INT_BITS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"expected an integer, got {type(value).__name__}")
         return int(value)
-    if t.startswith("decimal("):
-        if not isinstance(value, decimal.Decimal):
-            raise TypeError(f"expected a Decimal, got {type(value).__name__}")
-        return value
     if t in ("float32", "float64"):
         if not isinstance(value, float):
             raise TypeError(f"expected a float, got {type(value).__name__}")
-        return value
+        return float32(value) if t == "float32" else value
     if t == "bool":
         if not isinstance(value, bool):
             raise TypeError(f"expected a bool, got {type(value).__name__}")
         return value
-    if t in ("string", "json"):
+    if is_text_carried(t):
         if not isinstance(value, str):
             raise TypeError(f"expected text, got {type(value).__name__}")
         return value
@@ -280,35 +300,32 @@ def to_logical(n: NativeColumn, value: Any) -> Any:
         if isinstance(value, (bytes, bytearray, memoryview)):
             return bytes(value)
         raise TypeError(f"expected bytes, got {type(value).__name__}")
-    if t == "timestamp":
-        if not isinstance(value, dt.datetime):
-            raise TypeError(f"expected a timestamp, got {type(value).__name__}")
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        return value
-    if t == "date":
-        if isinstance(value, dt.datetime) or not isinstance(value, dt.date):
-            raise TypeError(f"expected a date, got {type(value).__name__}")
-        return value
-    raise TypeError(f"no conversion to {t}")
+    raise TypeError(f"no conversion of a {type(value).__name__} to {t}")
 
 
 def text_converter(n: NativeColumn) -> Callable[[str], Any]:
-    """The function turning a value in PostgreSQL's text output (pgoutput's tuple data)
-    into the column's logical Python value: the same value ``select_keys`` reads for it.
-    Columns read through ``::text`` keep the text; the others are parsed by their base
-    type. Built once per column, not per value: the tail calls it for every value."""
+    """The function turning a value in PostgreSQL's text output (pgoutput's tuple data,
+    or a ``::text`` select) into the column's logical Python value: the same value on
+    every path. Built once per column, not per value: the tail calls it for every value."""
     from . import pgoutput as po
 
-    if n.logical in ("string", "json") and _needs_expr(n):
-        return str
+    t = n.logical
+    if is_text_carried(t):
+        return str        # the text is the value (numeric: PostgreSQL's text is canonical)
+    if t == "date":
+        return parse_pg_date
+    if t == "timestamp":
+        return parse_pg_timestamp
+    if t == "timestamptz":
+        return lambda text: parse_pg_timestamp(text, True)
+    if t == "float32":
+        return lambda text: float32(float(text))
     parse = po.converter_for(n.type_oid)
     # these parsers always return exactly the logical type (and the tail checks every
     # Relation's type OIDs against the captured schema): no per-value to_logical
     exact = {"int16": (po.INT2,), "int32": (po.INT4,), "int64": (po.INT8,), "bool": (po.BOOL,),
-             "string": (po.TEXT, po.VARCHAR, po.BPCHAR, po.NAME), "binary": (po.BYTEA,),
-             "date": (po.DATE,), "timestamp": (po.TIMESTAMP,)}
-    if n.type_oid in exact.get(n.logical, ()) or n.logical.startswith("decimal(") and n.type_oid == po.NUMERIC:
+             "binary": (po.BYTEA,), "float64": (po.FLOAT8,)}
+    if n.type_oid in exact.get(t, ()):
         return parse
     return lambda text: to_logical(n, parse(text))
 
@@ -346,6 +363,8 @@ class PostgresSource(SqlSource):
 
     to_logical = staticmethod(to_logical)
     needs_expr = staticmethod(_needs_expr)
+    text_parsed = staticmethod(text_parsed)
+    dialect = "postgres"
 
     def __init__(self, config: SourceConfig):
         super().__init__(config)
@@ -362,7 +381,7 @@ class PostgresSource(SqlSource):
         conn = psycopg2.connect(host=ep.host, port=int(ep.port), user=ep.user,
                                 password=ep.password or None, dbname=ep.database or None,
                                 connect_timeout=10, application_name="dblog",
-                                options="-c TimeZone=UTC -c standard_conforming_strings=on")
+                                options=pg_options())
         conn.autocommit = True
         return conn
 
@@ -438,6 +457,8 @@ class PostgresSource(SqlSource):
             except psycopg2.Error as e:
                 problems.append(Problem(f"cannot select from the table: {str(e).strip()}",
                                         f"GRANT SELECT ON {quote_table(table)} TO <user>", table))
+                continue
+            problems += self.value_problems(table)
         try:
             problems += self.log.problems()
         except SourceSetupError as e:   # a bad slot or publication name
@@ -446,6 +467,47 @@ class PostgresSource(SqlSource):
             problems.append(Problem(f"cannot read the replication slots and publications: "
                                     f"{str(e).strip()}", "grant pg_read_all_stats to the user"))
         return problems
+
+    def value_problems(self, table: str) -> list[Problem]:
+        """Values of the table that no target can hold exactly (one scan of the table):
+        timestamps past Arrow's 64-bit microsecond range (finite years after 294246 or
+        before 290308 BC; ±infinity are carried). Each would hold the table's apply."""
+        schema = self.table_schema(table)
+        native = self.native_columns(table)
+        cols = [c.name for c in schema.columns if native[c.name].type_name in ("timestamp", "timestamptz")]
+        if not cols:
+            return []
+        sums = ", ".join(
+            f"count(*) FILTER (WHERE isfinite({_qx(c)}) AND ({_qx(c)} >= '294247-01-01' OR "
+            f"{_qx(c)} < '290308-01-01 BC'))" for c in cols)
+        try:
+            (counts,) = self._query(_stmt(f"SELECT {sums} FROM ", table))
+        except psycopg2.Error as e:
+            return [Problem(f"cannot scan the table's values: {str(e).strip()}",
+                            "grant SELECT on the table", table)]
+        return [Problem(f"{int(n):,} row(s) of column {c} hold timestamps past year 294246 (or "
+                        "before 290308 BC): no target holds them exactly (the table's apply would "
+                        "stop before them)", "UPDATE them to infinity or a nearer date", table)
+                for c, n in zip(cols, counts) if int(n)]
+
+    def canonical_keys(self, table: TableSchema, keys: list[tuple]) -> list[tuple]:
+        """Keys from a user in the text PostgreSQL itself prints for them (a uuid in any
+        case, an inet with or without its /32), so a requested key matches its row."""
+        cols = [i for i, c in enumerate(table.key_columns) if c.type.startswith("text:")]
+        if not cols or not keys:
+            return keys
+        out = [list(k) for k in keys]
+        for i in cols:
+            sql_type = table.key_columns[i].type[5:]   # checked against schema._TEXT_TYPE
+            try:
+                rows = self._query(f"SELECT v::{sql_type}::text FROM unnest(%s::text[]) "
+                                   "WITH ORDINALITY AS u(v, n) ORDER BY n", ([k[i] for k in keys],))
+            except psycopg2.DataError as e:
+                raise InvalidKeyError(f"{table.qualified}.{table.key[i]} ({sql_type}): "
+                                      f"{str(e).strip().splitlines()[0]}") from None
+            for k, (v,) in zip(out, rows):
+                k[i] = v
+        return [tuple(k) for k in out]
 
     # -- schemas -----------------------------------------------------------------
     def replica_identity(self, table: str) -> str:
@@ -467,25 +529,29 @@ class PostgresSource(SqlSource):
                     "f": "foreign table", "S": "sequence", "i": "index"}.get(kind, f"relkind {kind}")
             raise UnknownTableError(f"{table} is a {what}, not an ordinary table: only ordinary "
                                     "tables are captured (capture a partitioned table's partitions)")
+        # a domain is its base type with the domain's own typmod; "builtin": the type (an
+        # array's element type) is PostgreSQL's own, so a target has it too
         cols = self._query(
-            "SELECT a.attname, bt.typname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
-            "bt.typcategory, c.numeric_precision, c.numeric_scale, bt.oid, a.atttypid "
+            "SELECT a.attname, bt.typname, "
+            "format_type(bt.oid, CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END), "
+            "a.attnotnull, bt.typcategory, bt.oid, a.atttypid, "
+            "bt.typnamespace = 'pg_catalog'::regnamespace AND (bt.typelem = 0 OR "
+            "(et.typnamespace = 'pg_catalog'::regnamespace AND et.typtype = 'b')) "
             "FROM pg_attribute a "
             "JOIN pg_type t ON t.oid = a.atttypid "
             "JOIN pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END "
-            "LEFT JOIN information_schema.columns c ON c.table_schema = %s AND c.table_name = %s "
-            "AND c.column_name = a.attname "
+            "LEFT JOIN pg_type et ON et.oid = bt.typelem "
             "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-            (nsp, name, oid))
+            (oid,))
         key = [r[0] for r in self._query(
             "SELECT a.attname FROM pg_index i "
             "CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
             "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.ord", (oid,))]
         columns, native = [], {}
-        for cname, tname, formatted, notnull, category, prec, scale, base_oid, att_oid in cols:
+        for cname, tname, formatted, notnull, category, base_oid, att_oid, builtin in cols:
             try:
-                logical = logical_type(tname, category, prec, scale)
+                logical = logical_type(tname, category, formatted, bool(builtin))
             except ValueError as e:
                 raise SourceSetupError(f"{table}.{cname}: {e} ({formatted})") from None
             native[cname] = NativeColumn(cname, tname, formatted, logical, category,
@@ -534,8 +600,14 @@ class PostgresSource(SqlSource):
         native = self.native_columns(table.qualified)
         return ", ".join(select_expr(native[k], _qx) for k in table.key)
 
+    def _order(self, table: TableSchema, desc: bool = False) -> str:
+        """ORDER BY the key columns themselves: a bare name would sort by the output
+        column of that name, which select_expr may have made text (9.5 > 10.5)."""
+        qt = quote_table(table.qualified).replace("%", "%%")
+        return ", ".join(f"{qt}.{_qx(k)}{' DESC' if desc else ''}" for k in table.key)
+
     def max_key(self, table: TableSchema) -> tuple | None:
-        desc = ", ".join(f"{_qx(k)} DESC" for k in table.key)
+        desc = self._order(table, desc=True)
         rows = self._query(_stmt(f"SELECT {self._key_exprs(table)} FROM ", table.qualified,
                                  f" ORDER BY {desc} LIMIT 1"))
         return self._typed_key(table, rows[0]) if rows else None
@@ -616,9 +688,8 @@ class PostgresSource(SqlSource):
         in key order; at most ``limit`` + 1 so the caller can tell it was cut."""
         from ..conditions import parse_condition
         cond = parse_condition(table, condition, _qx)
-        keys = ", ".join(_qx(k) for k in table.key)
         query = _stmt(f"SELECT {self._key_exprs(table)} FROM ", table.qualified,
-                      f" WHERE {cond.sql} ORDER BY {keys} LIMIT {int(limit) + 1}")
+                      f" WHERE {cond.sql} ORDER BY {self._order(table)} LIMIT {int(limit) + 1}")
         return [self._typed_key(table, row) for row in self._query(query, list(cond.params))]
 
     # -- Spark JDBC ----------------------------------------------------------------

@@ -34,6 +34,8 @@ from psycopg2 import sql
 from ..config import TargetConfig
 from ..positions import Position
 from ..schema import TableSchema
+from ..values import pg_options
+from .pg_copy import copy_rows
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,13 @@ POS_COLUMN = "_dblog_pos"
 OP_COLUMN = "_dblog_op"
 STAGE_PREFIX = "_dblog_stage__"
 _MAX_IDENT = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
+
+
+def json_as_text(conn) -> None:
+    """json / jsonb values read as their text, as the event log carries them."""
+    import psycopg2.extras
+    psycopg2.extras.register_default_json(conn, loads=lambda text: text)
+    psycopg2.extras.register_default_jsonb(conn, loads=lambda text: text)
 
 
 def _fit(name: str) -> str:
@@ -92,9 +101,11 @@ class PostgresTarget:
     # -- connections -----------------------------------------------------------
     def _connect(self, database: str):
         ep = self.config.endpoint
-        return psycopg2.connect(host=ep.host, port=ep.port, user=ep.user, password=ep.password,
+        conn = psycopg2.connect(host=ep.host, port=ep.port, user=ep.user, password=ep.password,
                                 dbname=database, connect_timeout=self.connect_timeout,
-                                application_name="dblog-apply")
+                                application_name="dblog-apply", options=pg_options())
+        json_as_text(conn)
+        return conn
 
     def ensure_database(self) -> bool:
         """Create the target database if it is missing; True if it was created."""
@@ -339,8 +350,6 @@ class PostgresTarget:
         below ``below`` and key not in ``keep`` (an Arrow table of the key columns).
         Only once every event below ``until`` is applied, checked under the table's lock;
         None (nothing done) before that. See ``engine/sweep.py`` for why this is exact."""
-        from ..apply import copy_rows
-
         name = self._tid(target_table_name(table))
         keys = [sql.Identifier(k) for k in table.key]
         with self.conn, self.conn.cursor() as cur:
