@@ -28,7 +28,7 @@ def _parts(cfg: Config, source_name: str | None):
 
 def cmd_check(cfg: Config, args) -> int:
     source = open_source(cfg.source(args.source))
-    problems = source.check()
+    problems = source.check(scan_values=not args.no_value_scan)
     if not problems:
         print(f"source {source.name}: ready for CDC ({len(source.tables)} tables)")
         return 0
@@ -132,6 +132,22 @@ def status(cfg: Config, source_name: str | None = None) -> dict:
         source.close()
     except Exception as e:  # status must work while the source is down
         out["log_head_error"] = str(e)
+    # per target, the tables whose apply stops before a value no target can hold (apply.held_at)
+    out["held"] = {}
+    for tcfg in cfg.targets.values():
+        if tcfg.source != src_cfg.name:
+            continue
+        try:
+            from .engine.apply import held_tables
+            from .engine.store import EventStore
+            from .engine.targets import open_target
+            with open_target(tcfg) as target:
+                held = held_tables(target, EventStore(cfg.storage_root, src_cfg.name), state,
+                                   src_cfg.name, list(src_cfg.tables))
+            if held:
+                out["held"][tcfg.name] = held
+        except Exception as e:  # status must work while a target is down
+            out["held"][tcfg.name] = {"error": f"{type(e).__name__}: {e}"}
     # per table, the newest full dump's orphan sweep and which targets ran it (engine/sweep.py)
     out["orphan_sweeps"] = {t: {**sw, "done_by": state.sweeps_done(t)}
                             for t in src_cfg.tables if (sw := state.sweep(t)) is not None}
@@ -168,7 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     _add = sub.add_parser
     sub.add_parser = lambda *a, **kw: _add(*a, parents=[common], **kw)
-    sub.add_parser("check", help="check the source's CDC set-up").set_defaults(func=cmd_check)
+    c = sub.add_parser("check", help="check the source's CDC set-up, and scan each table once for "
+                                     "values no target can hold exactly")
+    c.add_argument("--no-value-scan", action="store_true",
+                   help="skip the scan of every table's values (one full read per table)")
+    c.set_defaults(func=cmd_check)
     t = sub.add_parser("tail", help="tail the change log for a bounded time or number of events")
     t.add_argument("--seconds", type=float)
     t.add_argument("--events", type=int)

@@ -179,6 +179,25 @@ def held_at(store, files: list[str], lo: str, hi: str) -> tuple[Position | None,
     return (None, None) if why is None else (Position.decode(ceiling), why)
 
 
+def held_tables(target, store, state, source_name: str, tables: list[str]) -> dict[str, dict]:
+    """The tables whose apply to ``target`` is held (``held_at``) right now:
+    {table: {"at": position, "error": why}}, read-only (``dblog status``)."""
+    frontier = state.frontier()
+    out: dict[str, dict] = {}
+    if frontier is None:
+        return out
+    for table in tables:
+        applied = target.applied_pos(source_name, table) if target.exists(table) else None
+        if applied is not None and frontier <= applied:
+            continue
+        files = store.files_for_range(table, applied, frontier)
+        if files:
+            at, why = held_at(store, files, applied.encode() if applied else "", frontier.encode())
+            if at is not None:
+                out[table] = {"at": at.encode(), "error": why}
+    return out
+
+
 def pending_events(target, store, state, source_name: str, tables: list[str],
                    stop_above: int | None = None) -> int:
     """Events still to apply in ``tables`` (a replayed flush's count twice), without

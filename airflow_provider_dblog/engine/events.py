@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from .positions import Position
 from .schema import TableSchema
-from .values import FarDate, FarTimestamp, from_arrow, numeric_key, numeric_text, to_arrow
+from .values import FarDate, FarTimestamp, float32, from_arrow, numeric_key, numeric_text, to_arrow
 
 INSERT, UPDATE, DELETE, SNAPSHOT = "insert", "update", "delete", "snapshot"
 OPS = (INSERT, UPDATE, DELETE, SNAPSHOT)
@@ -32,6 +32,8 @@ def _canonical(value: Any, logical: str | None = None) -> Any:
         # numeric columns carry their text with its own scale: 1.50 and 1.5 are one key
         return numeric_key(value) if logical and logical.startswith("numeric") else value
     if isinstance(value, float):
+        if logical == "float32":   # a REAL/FLOAT column holds float32: one value, one text
+            value = float32(value)
         return "0.0" if value == 0 else repr(value)   # -0.0 and 0.0 are one key
     if isinstance(value, decimal.Decimal):
         # one string per number: 1.5 == 1.50, and -0.00 == 0 (a context as wide as the

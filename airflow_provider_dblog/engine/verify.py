@@ -140,7 +140,6 @@ def _target_rows(cfg: TargetConfig, table: TableSchema, relation: str) -> Iterat
 def compare(table: TableSchema, source_rows: Iterator[tuple], target_rows: Iterator[tuple]) -> TableDiff:
     types = [c.type for c in table.columns]
     idx = [table.column_names.index(k) for k in table.key]
-    key_types = table.key_types
     diff = TableDiff(table.qualified)
     seen: dict[str, bytes] = {}
 
@@ -148,15 +147,17 @@ def compare(table: TableSchema, source_rows: Iterator[tuple], target_rows: Itera
         return tuple(normalise(t, v) for t, v in zip(types, row))
 
     for row in source_rows:
-        seen[encode_key([row[i] for i in idx], key_types)] = _digest(norm(row))
+        n = norm(row)
+        seen[encode_key([n[i] for i in idx])] = _digest(n)
         diff.source_rows += 1
     for row in target_rows:
         diff.target_rows += 1
-        key = encode_key([row[i] for i in idx], key_types)
+        n = norm(row)
+        key = encode_key([n[i] for i in idx])
         want = seen.pop(key, None)
         if want is None:
             diff.extra.append(key)
-        elif want != _digest(norm(row)):
+        elif want != _digest(n):
             diff.different.append(key)
     diff.missing = list(seen)
     return diff

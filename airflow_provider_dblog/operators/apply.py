@@ -155,6 +155,11 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
                           r.get("updated"), r.get("deleted"), r.get("to"),
                           f"; orphan sweep of a full dump: {r['orphans_deleted']} rows deleted"
                           if "orphans_deleted" in r else "")
+            if r.get("held"):
+                # a value no target can hold: this table stops before it, the others go on
+                self.log.error("%s -> %s: apply held at %s: %s. Fix the value at the source (any "
+                               "later change of the row releases it) or re-dump the row.",
+                               table, tcfg.name, r["held"]["at"], r["held"]["error"])
             asset: Asset | None = outlets.get(table_asset(scfg.name, table).uri)
             if asset is not None and outlet_events is not None:
                 outlet_events[asset].extra = {

@@ -38,6 +38,7 @@ class CDC:
             "dump": {"chunk_size": 20_000, "parallelism": 2, "window_timeout_s": 60},
             "tail": {"flush_events": 5_000, "flush_seconds": 0.2},
         }
+        raw["sources"]["src"].update(overrides.pop("source", {}))
         for section, values in overrides.items():
             raw[section].update(values)
         self.path = tmp_path / "dblog.yaml"

@@ -21,6 +21,7 @@ microseconds.
 """
 from __future__ import annotations
 
+import re
 import struct
 
 import pytest
@@ -189,6 +190,42 @@ def _micros(value) -> int | None:
     return sign * (((int(h) * 60 + int(m)) * 60 + int(whole)) * 1_000_000 + int(frac.ljust(6, "0") or 0))
 
 
+# The defaults a PostgreSQL database may have, each printing or reading some value
+# otherwise: the engine's sessions must not depend on them (log, dump and target alike)
+HOSTILE = {"DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard", "extra_float_digits": "-3",
+           "TimeZone": "America/St_Johns", "bytea_output": "escape"}
+
+
+def _hostile_database(name: str) -> None:
+    conn = pg_connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if not cur.fetchone():
+                cur.execute(f'CREATE DATABASE "{name}"')
+            for k, v in HOSTILE.items():
+                cur.execute(f'ALTER DATABASE "{name}" SET {k} = %s', (v,))
+    finally:
+        conn.close()
+
+
+# the target column types (PostgreSQL's format_type) a user computes with
+MARIADB_TARGET_TYPES = {
+    "biu": "numeric(20,0)", "d65": "numeric(65,30)", "d38": "numeric(38,10)", "f": "real",
+    "db": "double precision", "b1": "boolean", "b64": "numeric(20,0)", "dt": "date",
+    "dt6": "timestamp(6) without time zone", "ts6": "timestamp(6) with time zone", "tm6": "interval",
+    "yr": "smallint", "js": "json", "bl": "bytea", "en": "text",
+}
+
+
+def _pg_target_type(source_type: str) -> str:
+    """Text kinds are text in a target (their values are exactly the source's); timestamps
+    keep microseconds; everything else is the source's own type."""
+    if re.match(r"^(character varying|character)(\(\d+\))?$", source_type):
+        return "text"
+    return re.sub(r"^timestamp(\(\d\))? ", "timestamp(6) ", source_type)
+
+
 class Matrix:
     """The matrix table on one source, two targets, and the comparison."""
 
@@ -196,6 +233,8 @@ class Matrix:
         self.kind = "mariadb" if src_db.kind == "mysql" else "postgres"
         self.columns, self.rows, self.text = MATRIX[self.kind]
         self.sdb = src_db
+        if self.kind == "postgres":
+            _hostile_database(src_db.database)
         with src_db.cursor() as cur:
             if self.kind == "postgres":
                 for stmt in PG_SETUP:
@@ -205,9 +244,12 @@ class Matrix:
             src_db.create_table(cur, "vals", f"id integer PRIMARY KEY, {cols}")
             for row in self.rows:
                 cur.execute(f"INSERT INTO vals VALUES ({', '.join(row)})".replace("%", "%%"), ())
+        spark_db = unique("tgt")
+        _hostile_database(spark_db)
         self.cdc = make_cdc(["m"], targets={"spark_tgt": {
             "kind": "postgres", "source": "src", "host": "127.0.0.1", "port": POSTGRES_PORT,
-            "user": "postgres", "database": unique("tgt")}})
+            "user": "postgres", "database": spark_db}})
+        _hostile_database(self.cdc.cfg.target("tgt").endpoint.database)
         self.table = f"{self.cdc.db}.m"
         self.schema = self.cdc.source.table_schema(self.table)
 
@@ -262,6 +304,41 @@ class Matrix:
             out.append(v)
         return tuple(out)
 
+    def target_types(self, target: str) -> dict[str, str]:
+        tcfg = self.cdc.cfg.target(target)
+        conn = pg_connect(tcfg.endpoint.database)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                            "WHERE a.attrelid = %s::regclass AND a.attnum > 0",
+                            (f'"{tcfg.schema}"."{target_table_name(self.schema)}"',))
+                return dict(cur.fetchall())
+        finally:
+            conn.close()
+
+    def source_types(self) -> dict[str, str]:
+        with self.sdb.cursor() as cur:
+            cur.execute("SELECT a.attname, format_type(t.typbasetype, t.typtypmod) FROM pg_attribute a "
+                        "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = 'm'::regclass "
+                        "AND a.attnum > 0 AND t.typtype = 'd' UNION ALL "
+                        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                        "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = 'm'::regclass "
+                        "AND a.attnum > 0 AND t.typtype IN ('b', 'e')")
+            return dict(cur.fetchall())
+
+    def check_types(self) -> None:
+        """Each column keeps a type users compute with: the source's own (PostgreSQL; an enum
+        becomes text, a domain its base type), or its counterpart (MARIADB_TARGET_TYPES)."""
+        for target in ("tgt", "spark_tgt"):
+            got = self.target_types(target)
+            if self.kind == "mariadb":
+                want = MARIADB_TARGET_TYPES
+            else:
+                want = {c: _pg_target_type(t) for c, t in self.source_types().items()}
+                want["e"] = "text"
+            wrong = {c: (t, got.get(c)) for c, t in want.items() if got.get(c) != t}
+            assert not wrong, f"{self.kind} target {target}: column types (want, got): {wrong}"
+
     def check(self, path: str) -> None:
         want = self.source_text()
         assert len(want) == len(self.rows), want.keys()
@@ -294,6 +371,7 @@ def test_every_value_is_exact_on_every_path(matrix):
     cdc.drain()
     m.apply_both()
     m.check("a log insert")
+    m.check_types()
 
     # 2. log update: every row takes the values of the next one (PostgreSQL's big column,
     # TOASTed, is not touched: the log sends it as unchanged and the tail keeps it)

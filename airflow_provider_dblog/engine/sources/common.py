@@ -61,7 +61,7 @@ class SqlSource:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def check(self) -> list:
+    def check(self, scan_values: bool = False) -> list:
         raise NotImplementedError
 
     # -- the log (a source that needs set-up or acknowledgements overrides these) --

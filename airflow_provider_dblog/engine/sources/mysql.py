@@ -632,8 +632,10 @@ class MySQLSource(SqlSource):
             "'binlog_row_image', 'binlog_row_metadata', 'server_id', 'log_bin_compress')")
         return {str(k).lower(): str(v) for k, v in rows}
 
-    def check(self) -> list[Problem]:
-        """Everything that keeps this source from CDC, each with its fix; [] means ready."""
+    def check(self, scan_values: bool = False) -> list[Problem]:
+        """Everything that keeps this source from CDC, each with its fix; [] means ready.
+        ``scan_values``: also scan each table once for values no target can hold
+        (``value_problems``; ``dblog check`` does, a tail's start does not)."""
         try:
             variables = self.server_variables()
         except pymysql.MySQLError as e:
@@ -687,7 +689,8 @@ class MySQLSource(SqlSource):
                 problems.append(Problem(f"cannot select from the table: {e}",
                                         f"GRANT SELECT ON {quote_table(table)} TO <user>", table))
                 continue
-            problems += self.value_problems(table)
+            if scan_values:
+                problems += self.value_problems(table)
         return problems
 
     def value_problems(self, table: str) -> list[Problem]:

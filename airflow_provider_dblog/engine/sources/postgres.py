@@ -410,8 +410,10 @@ class PostgresSource(SqlSource):
                            (["wal_level", "max_replication_slots", "max_wal_senders"],))
         return {str(k).lower(): str(v) for k, v in rows}
 
-    def check(self) -> list[Problem]:
-        """Everything that keeps this source from CDC, each with its fix; [] means ready."""
+    def check(self, scan_values: bool = False) -> list[Problem]:
+        """Everything that keeps this source from CDC, each with its fix; [] means ready.
+        ``scan_values``: also scan each table once for values no target can hold
+        (``value_problems``; ``dblog check`` does, a tail's start does not)."""
         try:
             settings = self.server_settings()
         except psycopg2.Error as e:
@@ -458,7 +460,8 @@ class PostgresSource(SqlSource):
                 problems.append(Problem(f"cannot select from the table: {str(e).strip()}",
                                         f"GRANT SELECT ON {quote_table(table)} TO <user>", table))
                 continue
-            problems += self.value_problems(table)
+            if scan_values:
+                problems += self.value_problems(table)
         try:
             problems += self.log.problems()
         except SourceSetupError as e:   # a bad slot or publication name
@@ -470,24 +473,24 @@ class PostgresSource(SqlSource):
 
     def value_problems(self, table: str) -> list[Problem]:
         """Values of the table that no target can hold exactly (one scan of the table):
-        timestamps past Arrow's 64-bit microsecond range (finite years after 294246 or
-        before 290308 BC; ±infinity are carried). Each would hold the table's apply."""
+        timestamps past Arrow's 64-bit microsecond range (years after 294246; PostgreSQL's
+        own range starts at 4713 BC, well inside it; ±infinity are carried). Each would
+        hold the table's apply."""
         schema = self.table_schema(table)
         native = self.native_columns(table)
         cols = [c.name for c in schema.columns if native[c.name].type_name in ("timestamp", "timestamptz")]
         if not cols:
             return []
         sums = ", ".join(
-            f"count(*) FILTER (WHERE isfinite({_qx(c)}) AND ({_qx(c)} >= '294247-01-01' OR "
-            f"{_qx(c)} < '290308-01-01 BC'))" for c in cols)
+            f"count(*) FILTER (WHERE isfinite({_qx(c)}) AND {_qx(c)} >= '294247-01-01')" for c in cols)
         try:
             (counts,) = self._query(_stmt(f"SELECT {sums} FROM ", table))
         except psycopg2.Error as e:
             return [Problem(f"cannot scan the table's values: {str(e).strip()}",
                             "grant SELECT on the table", table)]
-        return [Problem(f"{int(n):,} row(s) of column {c} hold timestamps past year 294246 (or "
-                        "before 290308 BC): no target holds them exactly (the table's apply would "
-                        "stop before them)", "UPDATE them to infinity or a nearer date", table)
+        return [Problem(f"{int(n):,} row(s) of column {c} hold timestamps past year 294246: no "
+                        "target holds them exactly (the table's apply would stop before them)",
+                        "UPDATE them to infinity or a nearer date", table)
                 for c, n in zip(cols, counts) if int(n)]
 
     def canonical_keys(self, table: TableSchema, keys: list[tuple]) -> list[tuple]:
