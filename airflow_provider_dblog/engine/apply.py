@@ -162,11 +162,13 @@ def held_at(store, files: list[str], lo: str, hi: str) -> tuple[Position | None,
     before the earliest such event that is its key's latest; a later event of the same key
     (the row fixed at the source, or a re-dump) lets it pass. A delete needs only its key,
     and one whose key could not be carried deletes nothing: those pass (and are dropped)."""
-    parts = [pq.read_table(f, columns=["error"], filesystem=store.fs) for f in files]
+    # (a file written before events had an ``error`` column reads it as nulls)
+    errors = pa.schema([pa.field("error", pa.string())])
+    parts = [pq.read_table(f, schema=errors, filesystem=store.fs) for f in files]
     if not any(p["error"].null_count < p.num_rows for p in parts):
         return None, None
-    cols = ["key", "op", "pos", "error"]
-    data = pa.concat_tables([pq.read_table(f, columns=cols, filesystem=store.fs) for f in files])
+    cols = pa.schema([pa.field(c, pa.string()) for c in ("key", "op", "pos", "error")])
+    data = pa.concat_tables([pq.read_table(f, schema=cols, filesystem=store.fs) for f in files])
     data = data.filter(pc.and_(pc.greater_equal(data["pos"], lo), pc.less(data["pos"], hi)))
     ceiling, why = hi, None
     while True:

@@ -78,6 +78,10 @@ def test_float_keys_of_a_key_list_are_found(make_cdc, src_db):
     DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump).run(rid)
     progress = cdc.state.progress(rid, table)
     assert progress["missing_count"] == 1 and [float(v) for (v,) in progress["missing"]] == [7.0]
+    # a WHERE dump picks the keys the database holds, and finds every one of them
+    rid = cdc.request(DumpSpec("where", [table], where="k < 1"))
+    DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump).run(rid)
+    assert cdc.state.progress(rid, table)["missing_count"] == 0
     cdc.drain()
     applied(cdc)
     assert [r[1] for r in target_rows(cdc, "t", "v")] == [1, 2, 3]
@@ -113,6 +117,16 @@ def test_enum_set_and_wide_decimal_keys_are_chunked_in_their_own_order(make_cdc,
                 got += [src._typed_key(schema, r) for r in cur.fetchall()]
         after = plan.end
     assert got == want
+
+
+@POSTGRES
+def test_a_type_without_an_exact_carrier_is_refused_by_check(make_cdc, src_db):
+    with src_db.cursor() as cur:
+        src_db.create_table(cur, "t", "id int PRIMARY KEY, price money")
+    cdc = make_cdc(["t"])
+    (problem,) = [p for p in cdc.source.check() if p.table]
+    assert problem.table == f"{cdc.db}.t" and "t.price" in problem.what
+    assert "money" in problem.what and "lc_monetary" in problem.what
 
 
 # -- transactions ---------------------------------------------------------------------------
