@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         for t in tables:
             results[t] = with_sweep(applier.apply_table(schemas[t]), target, tcfg.name, store, state,
-                                    scfg.name, schemas[t])
+                                    scfg, schemas[t])
     finally:
         applier.stop()
         target.close()

@@ -138,3 +138,58 @@ def first_event_while_ticking(trigger, meanwhile) -> tuple[dict, float, int]:
         return event, waited, ticks
 
     return asyncio.run(scenario())
+
+
+class StuckCommit:
+    """A PostgreSQL commit that is in the log but not yet visible, for as long as a test
+    wants: the server waits for a synchronous standby that never answers, for the writer's
+    session only (every other session of ``databases`` commits with synchronous_commit =
+    local). ``start(sql, args)`` runs the statement in a thread; ``release()`` lets it
+    finish (the standby requirement is dropped); always ``close()`` (or use ``with``)."""
+
+    def __init__(self, database: str, other_databases: tuple[str, ...] = ()):
+        self.database = database
+        self.admin = pg_connect()
+        self.thread: threading.Thread | None = None
+        self.committed = threading.Event()
+        with self.admin.cursor() as cur:
+            for db in (database, *other_databases):
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
+                if not cur.fetchone():
+                    cur.execute(f'CREATE DATABASE "{db}"')
+                cur.execute(f'ALTER DATABASE "{db}" SET synchronous_commit = local')
+            cur.execute("ALTER SYSTEM SET synchronous_standby_names = 'dblog_test_nobody'")
+            cur.execute("SELECT pg_reload_conf()")
+
+    def start(self, statement: str, args=()) -> None:
+        def run():
+            conn = pg_connect(self.database)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SET synchronous_commit = on")
+                    cur.execute(statement, args)
+                self.committed.set()
+            finally:
+                conn.close()
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def release(self) -> None:
+        with self.admin.cursor() as cur:
+            cur.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            cur.execute("SELECT pg_reload_conf()")
+        if self.thread is not None:
+            self.thread.join(30)
+            assert self.committed.is_set(), "the stuck commit did not finish once released"
+
+    def close(self) -> None:
+        try:
+            self.release()
+        finally:
+            self.admin.close()
+
+    def __enter__(self) -> "StuckCommit":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

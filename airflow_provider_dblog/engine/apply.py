@@ -231,13 +231,13 @@ def choose_path(config: Config, target, store, state, source_name: str, tables: 
     return (LOCAL if n <= limit else SPARK), n
 
 
-def with_sweep(result: dict, target, target_name: str, store, state, source_name: str,
+def with_sweep(result: dict, target, target_name: str, store, state, source_cfg: SourceConfig,
                schema: TableSchema) -> dict:
     """After a table's batch (either path): run the orphan sweep of a finished full-table
     dump once the apply has reached it (``engine/sweep.py``)."""
     from .sweep import sweep_table
 
-    deleted = sweep_table(target, target_name, store, state, source_name, schema)
+    deleted = sweep_table(target, target_name, store, state, source_cfg, schema)
     return result if deleted is None else result | {"orphans_deleted": deleted}
 
 
@@ -370,7 +370,7 @@ def apply_local(config: Config, target_name: str | None = None, tables: str | li
     try:
         for t in names:
             results[t] = with_sweep(applier.apply_table(schemas[t]), target, tcfg.name, store, state,
-                                    scfg.name, schemas[t])
+                                    scfg, schemas[t])
     finally:
         target.close()
     return run_result(tcfg, scfg, applier.run_id, results, started, LOCAL, spark_start_s=0.0, **more)

@@ -276,6 +276,52 @@ def numeric_key(text: str) -> str:
     return "0" if d.is_zero() else format(d, "f")
 
 
+# -- comparing values read on two sides ---------------------------------------------------
+_HMS = re.compile(r"^(-)?(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?$")
+
+
+def _interval_us(text: str) -> Any:
+    """'[-]H:MM:SS[.f]' (MySQL TIME, and PostgreSQL's text of such an interval) in
+    microseconds; any other interval text stays text (PostgreSQL on both sides)."""
+    m = _HMS.match(text)
+    if not m:
+        return text
+    us = ((int(m.group(2)) * 60 + int(m.group(3))) * 60 + int(m.group(4))) * 1_000_000 \
+        + int((m.group(5) or "0").ljust(6, "0"))
+    return -us if m.group(1) else us
+
+
+def comparable(logical: str, v: Any) -> Any:
+    """One exact form of a value of a logical type, whichever side read it: the source
+    (its own text, e.g. MySQL TIME '-01:00:00.500') or a PostgreSQL target (the column's
+    type, e.g. interval '-01:00:00.5'). Equal exactly when the values are equal."""
+    if v is None:
+        return None
+    if isinstance(v, memoryview | bytearray):
+        return bytes(v)
+    if logical.startswith("decimal("):
+        d = decimal.Decimal(v)
+        return format(d.normalize(decimal.Context(prec=max(len(d.as_tuple().digits), 1))), "f")
+    if logical == "float32":
+        return repr(float32(float(v)))
+    if logical == "float64":
+        return repr(float(v))
+    if logical == "text:interval":
+        return _interval_us(v)
+    if logical in ("date", "timestamp", "timestamptz"):
+        if isinstance(v, dt.datetime) and v.tzinfo is not None:
+            v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return v.isoformat()
+    return v
+
+
+def comparable_key(logical: str, v: Any) -> Any:
+    """comparable, for a key: a numeric's scale does not count (1.5 and 1.50 are one key)."""
+    if v is not None and logical.startswith("numeric"):
+        return numeric_key(str(v))
+    return comparable(logical, v)
+
+
 # -- vectorized text -> Arrow --------------------------------------------------------
 # the forms Arrow's own string casts read exactly as the per-value parsers do
 _PLAIN_DATE = r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"

@@ -8,16 +8,14 @@ compared by key through a digest per row, so a million rows fit in memory.
 """
 from __future__ import annotations
 
-import decimal
 import hashlib
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .config import SourceConfig, TargetConfig
 from .events import encode_key
-from .schema import TableSchema, is_text_carried
-from .values import float32, parse_pg_date, parse_pg_timestamp, pg_options
+from .schema import TableSchema
+from .values import comparable, comparable_key, pg_options
 
 
 @dataclass
@@ -39,40 +37,6 @@ class TableDiff:
         return (f"{self.table}: source {self.source_rows} rows, target {self.target_rows}; "
                 f"missing {len(self.missing)} {self.missing[:limit]}, extra {len(self.extra)} "
                 f"{self.extra[:limit]}, different {len(self.different)} {self.different[:limit]}")
-
-
-_HMS = re.compile(r"^(-)?(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?$")
-
-
-def _interval_us(text: str) -> Any:
-    """'[-]H:MM:SS[.f]' (MySQL TIME, and PostgreSQL's text of such an interval) in
-    microseconds; any other interval text stays text (PostgreSQL on both sides)."""
-    m = _HMS.match(text)
-    if not m:
-        return text
-    us = ((int(m.group(2)) * 60 + int(m.group(3))) * 60 + int(m.group(4))) * 1_000_000 \
-        + int((m.group(5) or "0").ljust(6, "0"))
-    return -us if m.group(1) else us
-
-
-def normalise(logical: str, v: Any) -> Any:
-    """One exact, comparable form of a value of a logical type."""
-    if v is None:
-        return None
-    if isinstance(v, memoryview | bytearray):
-        return bytes(v)
-    if logical.startswith("decimal("):
-        d = decimal.Decimal(v)
-        return format(d.normalize(decimal.Context(prec=max(len(d.as_tuple().digits), 1))), "f")
-    if logical == "float32":
-        return repr(float32(float(v)))
-    if logical == "float64":
-        return repr(float(v))
-    if logical == "text:interval":
-        return _interval_us(v)
-    if logical in ("date", "timestamp", "timestamptz"):
-        return v.isoformat()
-    return v
 
 
 def _digest(values: tuple) -> bytes:
@@ -115,24 +79,19 @@ def _source_rows(cfg: SourceConfig, table: TableSchema) -> Iterator[tuple]:
 def _target_rows(cfg: TargetConfig, table: TableSchema, relation: str) -> Iterator[tuple]:
     import psycopg2
     from psycopg2 import sql
-    from .targets.postgres import json_as_text
+    from .targets.postgres import from_row, json_as_text, read_list
     e = cfg.endpoint
     conn = psycopg2.connect(host=e.host, port=e.port, user=e.user, password=e.password,
                             dbname=e.database, options=pg_options())
     json_as_text(conn)
-    parse = {"date": parse_pg_date, "timestamp": parse_pg_timestamp,
-             "timestamptz": lambda t: parse_pg_timestamp(t, True)}
-    as_text = [c.type in parse or is_text_carried(c.type) for c in table.columns]
+    names = table.column_names
     try:
         with conn.cursor(name="dblog_verify") as cur:
             cur.itersize = 20_000
             cur.execute(sql.SQL("SELECT {} FROM {}.{}").format(
-                sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c.name)) if t
-                                   else sql.Identifier(c.name) for c, t in zip(table.columns, as_text)),
-                sql.Identifier(cfg.schema), sql.Identifier(relation)))
+                read_list(table, names), sql.Identifier(cfg.schema), sql.Identifier(relation)))
             for row in cur:
-                yield tuple(parse[c.type](v) if v is not None and c.type in parse else v
-                            for c, v in zip(table.columns, row))
+                yield from_row(table, names, row)
     finally:
         conn.close()
 
@@ -144,21 +103,23 @@ def compare(table: TableSchema, source_rows: Iterator[tuple], target_rows: Itera
     seen: dict[str, bytes] = {}
 
     def norm(row: tuple) -> tuple:
-        return tuple(normalise(t, v) for t, v in zip(types, row))
+        return tuple(comparable(t, v) for t, v in zip(types, row))
+
+    def key(row: tuple) -> str:
+        return encode_key([comparable_key(types[i], row[i]) for i in idx])
 
     for row in source_rows:
-        n = norm(row)
-        seen[encode_key([n[i] for i in idx])] = _digest(n)
+        seen[key(row)] = _digest(norm(row))
         diff.source_rows += 1
     for row in target_rows:
         diff.target_rows += 1
         n = norm(row)
-        key = encode_key([n[i] for i in idx])
-        want = seen.pop(key, None)
+        key_ = key(row)
+        want = seen.pop(key_, None)
         if want is None:
-            diff.extra.append(key)
+            diff.extra.append(key_)
         elif want != _digest(n):
-            diff.different.append(key)
+            diff.different.append(key_)
     diff.missing = list(seen)
     return diff
 

@@ -2,14 +2,16 @@
 each against the real servers; the ones that touch the source run on each source kind."""
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
+from airflow_provider_dblog.engine.apply import apply_local
 from airflow_provider_dblog.engine.dump import DumpRunner, DumpSpec
 from airflow_provider_dblog.engine.errors import WatermarkError, WindowTimeoutError
 from airflow_provider_dblog.engine.positions import Position
-from helpers import mysql_connect, pg_connect
+from helpers import StuckCommit, mysql_connect, pg_connect
 
 MARIADB_ONLY = pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)
 
@@ -185,3 +187,54 @@ def test_postgres_chunk_selects_are_single_bounded_statements_without_locks(src_
     watermark_writes = [q for _, q in stmts if q.upper().startswith("UPDATE") and cdc.wm_ns in q]
     assert len(watermark_writes) == 2 * 3  # one LW and one HW per chunk
     assert all(q.endswith("WHERE id = 1") for q in watermark_writes), watermark_writes
+
+
+POSTGRES_ONLY = pytest.mark.parametrize("src_db", ["postgres"], indirect=True)
+
+
+def _stale_row_setup(src_db, make_cdc):
+    make_table(src_db, 100)
+    cdc = make_cdc(["t"])
+    stuck = StuckCommit(src_db.database, (cdc.cfg.target("tgt").endpoint.database,))
+    cdc.start_tail()
+    # in the log (the tail passes it), not visible: a synchronous standby that never answers
+    stuck.start(f'UPDATE "{src_db.name}".t SET v = 7 WHERE id = 5')
+    cdc.drain()
+    with src_db.cursor() as cur:
+        cur.execute("SELECT v FROM t WHERE id = 5")
+        assert cur.fetchone() == (0,) and not stuck.committed.is_set()
+    return cdc, stuck
+
+
+@POSTGRES_ONLY
+def test_a_commit_logged_before_the_low_watermark_is_seen_by_the_chunk(src_db, make_cdc):
+    """Invariant 2 when PostgreSQL makes a commit visible after logging it: a chunk select
+    that did not see it would emit the old row at the HW, over the newer log event, and the
+    target would keep it. The watermark waits until no logged commit is invisible."""
+    cdc, stuck = _stale_row_setup(src_db, make_cdc)
+    try:
+        rid = cdc.request(DumpSpec("keys", [f"{src_db.name}.t"], keys=[[5], [6]]))
+        waited = time.monotonic()
+        threading.Timer(2.0, stuck.release).start()   # the standby answers, later
+        DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump).run(rid)
+        assert time.monotonic() - waited >= 1.5 and stuck.committed.is_set()
+    finally:
+        stuck.close()
+    cdc.drain()
+    apply_local(cdc.cfg, "tgt")
+    with cdc.target() as t, t.conn.cursor() as cur:   # the dumped rows, as the source has them
+        cur.execute(f'SELECT id, v FROM "public"."{src_db.name}__t" ORDER BY id')
+        assert cur.fetchall() == [(5, 7), (6, 0)]
+
+
+@POSTGRES_ONLY
+def test_a_commit_that_never_becomes_visible_fails_the_watermark(src_db, make_cdc):
+    cdc, stuck = _stale_row_setup(src_db, make_cdc)
+    try:
+        cdc.source.visible_timeout_s = 1.0
+        rid = cdc.request(DumpSpec("keys", [f"{src_db.name}.t"], keys=[[5]]))
+        with pytest.raises(WatermarkError, match="synchronous standby"):
+            DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump).run(rid)
+        assert cdc.state.request(rid)["status"] == "failed"
+    finally:
+        stuck.close()

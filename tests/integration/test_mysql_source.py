@@ -163,6 +163,12 @@ def test_binlog_problems_decision_logic():
     assert len(meta) == 1 and "binlog_row_metadata" in meta[0].what
     assert len(binlog_problems({**ok, "binlog_format": "MIXED", "binlog_row_image": "NOBLOB",
                                 "binlog_row_metadata": "NO_LOG"})) == 3
+    # compressed events cannot be decoded; out-of-order commits break the watermarks' premise
+    (compressed,) = binlog_problems({**ok, "log_bin_compress": "ON"})
+    assert "log_bin_compress" in compressed.what and "OFF" in compressed.fix
+    (unordered,) = binlog_problems({**ok, "binlog_order_commits": "OFF"})
+    assert "binlog_order_commits" in unordered.what
+    assert binlog_problems({**ok, "log_bin_compress": "OFF", "binlog_order_commits": "ON"}) == []
 
 
 def test_grant_parsing():

@@ -16,7 +16,7 @@ from airflow_provider_dblog.engine.state import RedisState
 from airflow_provider_dblog.engine.sweep import orphan_sweep
 from airflow_provider_dblog.engine.targets.postgres import target_table_name
 
-from helpers import REDIS_PORT
+from helpers import REDIS_PORT, StuckCommit
 
 ROWS = 6_000
 
@@ -145,3 +145,49 @@ def test_sweep_registry_keeps_the_newest_per_table_and_tracks_each_target(server
     assert state.pending_sweep("d.t", "a") is None and state.pending_sweep("d.t", "b") == newer
     assert state.pending_sweep("d.other", "a") is None
     state.reset()
+
+
+@pytest.mark.parametrize("src_db", ["postgres"], indirect=True)
+def test_a_commit_logged_but_not_yet_visible_is_not_taken_for_an_orphan(src_db, make_cdc):
+    """PostgreSQL writes a commit record, and only then makes the transaction visible (a
+    synchronous standby's acknowledgement can stand between the two). A dump that reads its
+    bounds (the log head, then the max key) in that gap does not see the row, though the log
+    holds it before the sweep's lower bound: the sweep looks such a candidate up in the
+    source before deleting it (engine/sweep.py). The gap is made to last with a synchronous
+    standby that never answers (helpers.StuckCommit)."""
+    db = src_db.name
+    with src_db.cursor() as cur:
+        src_db.create_table(cur, "items", "id BIGINT PRIMARY KEY, name VARCHAR(40)")
+        cur.execute("INSERT INTO items SELECT s.seq, 'item' || s.seq FROM generate_series(1, 100) AS s(seq)")
+    cdc = make_cdc(["items"])
+    with StuckCommit(src_db.database, (cdc.cfg.target("tgt").endpoint.database,)) as stuck:
+        cdc.start_tail()
+        first = cdc.request(DumpSpec("table", [f"{db}.items"]))
+        assert cdc.dump_spark(first)["status"] == "done"
+        cdc.drain()
+        apply_run(cdc.cfg, "tgt", via="local")
+        assert cdc.compare("items").equal
+
+        stuck.start(f'INSERT INTO "{db}".items VALUES (1000, %s)', ("logged, not yet visible",))
+        deadline = time.monotonic() + 30
+        while True:   # the commit record is in the log, the row invisible to every other session
+            cdc.drain()
+            apply_run(cdc.cfg, "tgt", via="local")
+            with cdc.target() as t, t.conn.cursor() as cur:
+                cur.execute(f'SELECT count(*) FROM "public"."{db}__items" WHERE id = 1000')
+                if cur.fetchone()[0] == 1:
+                    break
+            assert time.monotonic() < deadline, "the tail never saw the logged commit"
+            time.sleep(0.2)
+        with src_db.cursor() as cur:
+            cur.execute("SELECT count(*) FROM items WHERE id = 1000")
+            assert cur.fetchone()[0] == 0 and not stuck.committed.is_set()
+        # the bounds are read now; its watermarks wait for the commit (PostgresSource
+        # ._await_logged_commits), so it is released meanwhile, as a standby would answer
+        rid = cdc.request(DumpSpec("table", [f"{db}.items"]))
+        threading.Timer(3.0, stuck.release).start()
+        assert cdc.dump_spark(rid)["status"] == "done"
+    cdc.drain()
+    result = apply_run(cdc.cfg, "tgt", via="local")
+    assert result["tables"][f"{db}.items"].get("orphans_deleted") == 0, result
+    assert cdc.compare("items").equal, cdc.compare("items").describe()

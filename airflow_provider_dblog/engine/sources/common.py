@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 
 from ..config import SourceConfig, check_identifier
-from ..errors import SchemaChangedError, SourceSetupError, ZeroDateError
+from ..errors import SchemaChangedError, SourceSetupError, UncarriedValueError, ZeroDateError
 from ..schema import TableSchema
 from ..values import column_from_text, to_arrow
 from .base import ChunkPlan
@@ -163,8 +163,13 @@ class SqlSource:
             if self.text_parsed(native[c.name]) and pa.types.is_string(arr.type):
                 arr, bad = column_from_text(c.type, self.dialect, arr)
                 for i, e in bad.items():
-                    if not (isinstance(e, ZeroDateError) and getattr(native[c.name], "zero_as_null", False)):
-                        errors.setdefault(i, []).append(f"{table.qualified}.{c.name}: {e}")
+                    if isinstance(e, ZeroDateError) and getattr(native[c.name], "zero_as_null", False):
+                        continue
+                    if c.name in table.key:   # no row of a target can have this key
+                        raise UncarriedValueError(
+                            f"{table.qualified}.{c.name}, a key column, holds a value no target can "
+                            f"hold: {e}. Fix the row at the source, then dump the table again") from None
+                    errors.setdefault(i, []).append(f"{table.qualified}.{c.name}: {e}")
             arrays.append(arr.cast(c.arrow_type))
         out = pa.table(arrays, schema=pa.schema(list(table.row_struct())))
         err = (pa.array([("; ".join(errors[i]) if i in errors else None) for i in range(out.num_rows)],

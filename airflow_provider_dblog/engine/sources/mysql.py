@@ -463,6 +463,11 @@ def binlog_problems(variables: dict[str, Any]) -> list[Problem]:
     if v.get("binlog_row_image", "FULL") != "FULL":
         out.append(Problem(f"binlog_row_image is {v['binlog_row_image']}, not FULL",
                            "SET GLOBAL binlog_row_image=FULL and in the server config"))
+    if v.get("binlog_order_commits") in ("OFF", "0"):
+        out.append(Problem("binlog_order_commits is OFF: a transaction can become visible before "
+                           "one logged ahead of it, so a chunk selected after its low watermark "
+                           "could miss a change the log holds before it",
+                           "SET GLOBAL binlog_order_commits=ON and in the server config"))
     if v.get("log_bin_compress") in ("ON", "1"):
         out.append(Problem("log_bin_compress is ON: compressed binlog events cannot be decoded, "
                            "their rows would be lost",
@@ -629,7 +634,8 @@ class MySQLSource(SqlSource):
     def server_variables(self) -> dict[str, str]:
         rows = self._query(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', "
-            "'binlog_row_image', 'binlog_row_metadata', 'server_id', 'log_bin_compress')")
+            "'binlog_row_image', 'binlog_row_metadata', 'server_id', 'log_bin_compress', "
+            "'binlog_order_commits')")
         return {str(k).lower(): str(v) for k, v in rows}
 
     def check(self, scan_values: bool = False) -> list[Problem]:

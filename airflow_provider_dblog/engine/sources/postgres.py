@@ -38,6 +38,7 @@ import decimal
 import logging
 import math
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -407,7 +408,8 @@ class PostgresSource(SqlSource):
     # -- checks ------------------------------------------------------------------
     def server_settings(self) -> dict[str, str]:
         rows = self._query("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
-                           (["wal_level", "max_replication_slots", "max_wal_senders"],))
+                           (["wal_level", "max_replication_slots", "max_wal_senders",
+                             "synchronous_standby_names"],))
         return {str(k).lower(): str(v) for k, v in rows}
 
     def check(self, scan_values: bool = False) -> list[Problem]:
@@ -424,6 +426,14 @@ class PostgresSource(SqlSource):
         problems = server_problems(settings)
         rows = self._query("SELECT rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user")
         problems += role_problems(*rows[0]) if rows else role_problems(False, False)
+        if settings.get("synchronous_standby_names") and not (rows and rows[0][1]):
+            (stats,), = self._query("SELECT pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')")
+            if not stats:
+                problems.append(Problem(
+                    "synchronous standbys are configured, and the user cannot see other sessions' "
+                    "waits: a commit in the log but not yet visible (waiting for a standby) would "
+                    "not be awaited by the watermarks, and a chunk could miss it",
+                    "GRANT pg_read_all_stats TO <user>"))
         try:
             self.ensure_watermark_table()
             self._query(_stmt("UPDATE ", self.watermark_table,
@@ -590,9 +600,45 @@ class PostgresSource(SqlSource):
             with self._wm_conn.cursor() as cur:
                 cur.execute(query, (value,))
                 n = cur.rowcount
+                if n == 1:
+                    self._await_logged_commits(cur)
         if n != 1:
             raise WatermarkError(f"watermark row of {self.watermark_table} is missing "
                                  "(run ensure_watermark_table)")
+
+    visible_timeout_s = 120.0   # how long a logged commit may stay invisible (see below)
+
+    def _await_logged_commits(self, cur) -> None:
+        """Wait until every transaction whose commit is in the WAL is visible.
+
+        PostgreSQL writes a transaction's commit record, marks it committed, and only then
+        makes it visible to new snapshots; a synchronous standby's acknowledgement comes in
+        between. A transaction in that gap is in the log before this watermark, yet a chunk
+        select after the watermark would not see it: its old row would be emitted at the HW,
+        over the newer log event (tests/integration/test_invariants.py). So after a
+        watermark, no transaction of this database may be committed and still running: none
+        waiting for a synchronous standby (pg_stat_activity's ``SyncRep`` wait; seeing other
+        users' sessions needs pg_read_all_stats, which ``check`` asks for), none committed
+        in the commit log while still in the snapshot's running set. Fails closed after
+        ``visible_timeout_s``."""
+        deadline = time.monotonic() + self.visible_timeout_s
+        while True:
+            cur.execute(
+                "SELECT array_agg(DISTINCT x) FROM ("
+                " SELECT backend_xid::text AS x FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+                " AND datname = current_database() AND backend_xid IS NOT NULL UNION ALL "
+                " SELECT x::text FROM pg_snapshot_xip(pg_current_snapshot()) AS x "
+                " WHERE pg_xact_status(x) = 'committed') AS logged")
+            (pending,), = cur.fetchall()
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise WatermarkError(
+                    f"source {self.name!r}: transaction(s) {', '.join(pending[:5])} committed in the "
+                    f"log but still not visible after {self.visible_timeout_s:.0f}s (a synchronous "
+                    "standby that does not answer?): a chunk select would not see them. Fix the "
+                    "standby (synchronous_standby_names), then resume the dump")
+            time.sleep(0.005)
 
     # -- chunks ------------------------------------------------------------------
     def _key_types(self, table: TableSchema) -> list[str]:

@@ -29,12 +29,13 @@ from typing import Any
 
 import psycopg2
 import psycopg2.errors
+import pyarrow as pa
 from psycopg2 import sql
 
 from ..config import TargetConfig
 from ..positions import Position
-from ..schema import TableSchema
-from ..values import pg_options
+from ..schema import TableSchema, is_text_carried
+from ..values import comparable_key, float32, parse_pg_date, parse_pg_timestamp, pg_options, to_arrow
 from .pg_copy import copy_rows
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,32 @@ POS_COLUMN = "_dblog_pos"
 OP_COLUMN = "_dblog_op"
 STAGE_PREFIX = "_dblog_stage__"
 _MAX_IDENT = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
+
+
+_FROM_TEXT = {"date": parse_pg_date, "timestamp": parse_pg_timestamp,
+              "timestamptz": lambda text: parse_pg_timestamp(text, True)}
+
+
+def read_list(table: TableSchema, names: list[str], alias: str = "") -> sql.Composable:
+    """A select list of target columns that reads each value exactly: as text where Python's
+    types or psycopg2's would not hold it (BC dates, infinity, numeric's scale, intervals),
+    parsed back by ``from_row``."""
+    pre = sql.SQL(f"{alias}.") if alias else sql.SQL("")
+    return sql.SQL(", ").join(
+        sql.SQL("{}{}::text").format(pre, sql.Identifier(n))
+        if table.column(n).type in _FROM_TEXT or is_text_carried(table.column(n).type)
+        else sql.SQL("{}{}").format(pre, sql.Identifier(n)) for n in names)
+
+
+def from_row(table: TableSchema, names: list[str], row: tuple) -> tuple:
+    """A row read with ``read_list`` as logical Python values."""
+    out = []
+    for n, v in zip(names, row):
+        t = table.column(n).type
+        out.append(None if v is None else _FROM_TEXT[t](v) if t in _FROM_TEXT
+                   else float32(v) if t == "float32"      # psycopg2 reads real's shortest text
+                   else bytes(v) if isinstance(v, memoryview) else v)
+    return tuple(out)
 
 
 def json_as_text(conn) -> None:
@@ -345,29 +372,51 @@ class PostgresTarget:
             return out
 
     def delete_orphans(self, table: TableSchema, source: str, keep, below: Position,
-                       until: Position) -> int | None:
+                       until: Position, in_source=None) -> int | None:
         """Delete the rows a full-table dump proved absent from the source: ``_dblog_pos``
         below ``below`` and key not in ``keep`` (an Arrow table of the key columns).
         Only once every event below ``until`` is applied, checked under the table's lock;
-        None (nothing done) before that. See ``engine/sweep.py`` for why this is exact."""
+        None (nothing done) before that. See ``engine/sweep.py`` for why this is exact.
+
+        ``in_source(keys) -> set``: which of the candidate keys (logical values) the source
+        holds now, as ``values.comparable_key`` tuples; those stay. (A commit the source had
+        logged but not yet made visible when the dump read its bounds would otherwise be
+        taken for an orphan: the check makes the sweep safe whatever the commit order.)"""
         name = self._tid(target_table_name(table))
         keys = [sql.Identifier(k) for k in table.key]
+        match = sql.SQL(" AND ").join(sql.SQL("k.{k} = t.{k}").format(k=k) for k in keys)
         with self.conn, self.conn.cursor() as cur:
             self._lock(cur, table)
             applied = self._applied(cur, source, table)
             if applied is None or applied < until:
                 return None
             # typed exactly like the target's key columns
-            cur.execute(sql.SQL("CREATE TEMP TABLE _dblog_keep ON COMMIT DROP AS "
-                                "SELECT {} FROM {} WITH NO DATA").format(sql.SQL(", ").join(keys), name))
+            for temp in ("_dblog_keep", "_dblog_gone"):
+                cur.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA")
+                            .format(sql.Identifier(temp), sql.SQL(", ").join(keys), name))
             copy_rows(cur, sql.Identifier("_dblog_keep"), keep.select(list(table.key)))
             cur.execute("ANALYZE _dblog_keep")
             cur.execute(sql.SQL(
-                "DELETE FROM {t} AS t WHERE t.{pos} < %s AND NOT EXISTS "
+                "SELECT {} FROM {} AS t WHERE t.{pos} < %s AND NOT EXISTS "
                 "(SELECT 1 FROM _dblog_keep AS k WHERE {match})").format(
-                    t=name, pos=sql.Identifier(POS_COLUMN),
-                    match=sql.SQL(" AND ").join(sql.SQL("k.{k} = t.{k}").format(k=k) for k in keys)),
-                (below.encode(),))
+                    read_list(table, list(table.key), "t"), name, pos=sql.Identifier(POS_COLUMN),
+                    match=match), (below.encode(),))
+            candidates = [from_row(table, list(table.key), r) for r in cur.fetchall()]
+            if candidates and in_source is not None:
+                there = in_source(candidates)
+                candidates = [k for k in candidates
+                              if tuple(comparable_key(t, v) for t, v in zip(table.key_types, k)) not in there]
+                if there:
+                    log.warning("%s: %d candidate orphan(s) are in the source after all (a commit "
+                                "logged before the dump's bounds but not yet visible): kept",
+                                table.qualified, len(there))
+            if not candidates:
+                return 0
+            gone = pa.table({k: to_arrow(t, [c[i] for c in candidates])
+                             for i, (k, t) in enumerate(zip(table.key, table.key_types))})
+            copy_rows(cur, sql.Identifier("_dblog_gone"), gone)
+            cur.execute(sql.SQL("DELETE FROM {} AS t USING _dblog_gone AS k WHERE t.{pos} < %s AND {match}")
+                        .format(name, pos=sql.Identifier(POS_COLUMN), match=match), (below.encode(),))
             return cur.rowcount
 
     def count(self, table: TableSchema | str) -> int:
