@@ -3,6 +3,19 @@
 Sources map their native types to these logical types; the changelog (pyarrow),
 the chunk rows (Spark) and the SQL target all derive their types from here, so a
 log event and a snapshot row of the same table always have the same schema.
+
+Logical type -> Python value (Arrow; PostgreSQL target):
+
+* bool, int8..int64, float32 (rounded to float32 on every path), float64;
+* decimal(p,s), p <= 38 -> Decimal (decimal128; numeric(p,s));
+* numeric / numeric(p,s) -> its exact text, 'NaN' and '±Infinity' included (string;
+  numeric[(p,s)]); keys compare by value (events.encode_key: 1.5 == 1.50);
+* string, json -> str (string; text, json); binary -> bytes (binary; bytea);
+* date -> date | values.FarDate; timestamp -> naive datetime | values.FarTimestamp;
+  timestamptz -> the same in UTC (timestamp("us", "UTC"); timestamp(6) with time zone);
+* text:<sql type> -> the source's own text of the value (string; <sql type>): PostgreSQL
+  types whose text reads back unchanged (uuid, inet, interval, arrays, jsonb, ...) and
+  MySQL TIME as text:interval.
 """
 from __future__ import annotations
 
@@ -61,7 +74,7 @@ _TEXT_TYPES = {"uuid", "inet", "cidr", "macaddr", "macaddr8", "xml", "json", "js
                "time", "time with time zone", "time without time zone", "bit", "bit varying",
                "smallint", "integer", "bigint", "real", "double precision", "numeric", "boolean",
                "text", "character varying", "character", "bytea", "date", "timestamp",
-               "timestamp with time zone", "timestamp without time zone", "interval"}
+               "timestamp with time zone", "timestamp without time zone"}
 _TEXT_TYPE = re.compile(
     r"^(?P<base>[a-z][a-z ]*?)(?:\((?P<mods>\d+(?:,\d+)?)\))?"
     r"(?P<tz> with(?:out)? time zone)?(?P<arr>(?:\[\])*)$")

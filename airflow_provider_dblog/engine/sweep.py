@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from .events import SNAPSHOT, event_arrow_schema
 from .positions import Position
 from .schema import TableSchema
-from .values import comparable_key, from_arrow
+from .values import comparable_key
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +94,8 @@ def keys_in_source(source_cfg, schema: TableSchema):
         from .sources import open_source
         with open_source(source_cfg) as source:
             s = source.table_schema(schema.qualified)
-            rows = source.select_keys(s, keys)
-        cols = [from_arrow(t, rows[k]) for k, t in zip(s.key, s.key_types)]
-        return {tuple(comparable_key(t, v) for t, v in zip(s.key_types, vals)) for vals in zip(*cols)}
+            present = source.present_keys(s, keys)
+        return {tuple(comparable_key(t, v) for t, v in zip(s.key_types, k)) for k in present}
     return check
 
 

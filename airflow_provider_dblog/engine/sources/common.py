@@ -13,7 +13,7 @@ import pyarrow as pa
 from ..config import SourceConfig, check_identifier
 from ..errors import SchemaChangedError, SourceSetupError, UncarriedValueError, ZeroDateError
 from ..schema import TableSchema
-from ..values import column_from_text, to_arrow
+from ..values import column_from_text, from_arrow, to_arrow
 from .base import ChunkPlan
 
 WATERMARK_TABLE = "watermark"
@@ -99,6 +99,24 @@ class SqlSource:
     def native_columns(self, table: str) -> dict[str, Any]:
         self.table_schema(table)
         return self._native[table]
+
+    value_errors: tuple[type[Exception], ...] = ()   # the driver's "not a value of this type"
+
+    def present_keys(self, table: TableSchema, keys: list[tuple]) -> list[tuple]:
+        """The given keys that the source has a row for (bound selects). A key the column's
+        type cannot even hold (an enum label PostgreSQL does not know) is not there: the
+        batch holding it is split until it is alone."""
+        if not keys:
+            return []
+        try:
+            rows = self.select_keys(table, keys)
+        except self.value_errors:
+            if len(keys) == 1:
+                return []
+            half = len(keys) // 2
+            return self.present_keys(table, keys[:half]) + self.present_keys(table, keys[half:])
+        cols = [from_arrow(t, rows[k]) for k, t in zip(table.key, table.key_types)]
+        return list(zip(*cols))
 
     def canonical_keys(self, table: TableSchema, keys: list[tuple]) -> list[tuple]:
         """Keys from a user in the form the source prints them (see PostgresSource)."""

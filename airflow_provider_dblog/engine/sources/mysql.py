@@ -587,6 +587,7 @@ class MySQLSource(SqlSource):
     needs_expr = staticmethod(_needs_expr)
     text_parsed = staticmethod(text_parsed)
     dialect = "mysql"
+    value_errors = (pymysql.err.DataError,)
 
     heartbeat_s = 0.5          # binlog heartbeat: how soon an idle read_log yields Idle
 

@@ -366,6 +366,7 @@ class PostgresSource(SqlSource):
     needs_expr = staticmethod(_needs_expr)
     text_parsed = staticmethod(text_parsed)
     dialect = "postgres"
+    value_errors = (psycopg2.DataError,)
 
     def __init__(self, config: SourceConfig):
         super().__init__(config)
