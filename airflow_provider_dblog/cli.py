@@ -31,11 +31,36 @@ def cmd_check(cfg: Config, args) -> int:
     problems = source.check(scan_values=not args.no_value_scan)
     if not problems:
         print(f"source {source.name}: ready for CDC ({len(source.tables)} tables)")
-        return 0
-    print(f"source {source.name}: {len(problems)} problem(s)")
-    for p in problems:
-        print(f"  - {p}")
-    return 1
+    else:
+        print(f"source {source.name}: {len(problems)} problem(s)")
+        for p in problems:
+            print(f"  - {p}")
+    spark_ok = check_spark(cfg) is not None if args.spark else True
+    return 0 if not problems and spark_ok else 1
+
+
+def check_spark(cfg: Config) -> dict | None:
+    """``dblog check --spark``: a tiny job on the configured master (spark_jobs/probe_job.py),
+    and what it says about where the jobs run. The probe's result when all is well, else None."""
+    from .engine.jobs import SparkJobError, run_spark_job
+    print(f"spark: submitting a probe to {cfg.spark.master} ...")
+    try:
+        r = run_spark_job(cfg, "probe_job", ["--config", cfg.path], timeout_s=600,
+                          echo=lambda line: None)
+    except SparkJobError as e:
+        print(f"  - the probe failed: {e}")
+        return None
+    where = "local mode, in the submitting process" if r["local_mode"] else (
+        f"{len(r['executors'])} executor(s): {', '.join(r['executors']) or 'none'}")
+    print(f"spark: application {r['app_id']} on {r['master']} ({r['deploy_mode']} mode), {where}")
+    for py in r["executor_python"]:
+        print(f"  executors' Python on {py['host']}: {py['python']} ({py['version']})")
+    shared = r["storage_shared"]
+    print(f"  storage root {r['storage_root']}: {'seen alike by the executors and the driver' if shared else 'NOT shared: executors write where the driver cannot read; use a shared path or a Hadoop-compatible URI'}")
+    ok = shared and (r["local_mode"] or bool(r["executors"]))
+    if not r["local_mode"] and not r["executors"]:
+        print("  - no executor ran the probe's tasks")
+    return r if ok else None
 
 
 def cmd_tail(cfg: Config, args) -> int:
@@ -188,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "values no target can hold exactly")
     c.add_argument("--no-value-scan", action="store_true",
                    help="skip the scan of every table's values (one full read per table)")
+    c.add_argument("--spark", action="store_true",
+                   help="also submit a tiny job to the configured Spark master and report where it "
+                        "ran, the executors' Python, and whether the storage root is shared")
     c.set_defaults(func=cmd_check)
     t = sub.add_parser("tail", help="tail the change log for a bounded time or number of events")
     t.add_argument("--seconds", type=float)

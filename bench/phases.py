@@ -42,7 +42,7 @@ def _dump_job(env: Env, rid: str) -> dict:
 def dump(a, src, workdir: Path) -> dict:
     q = src.qualified(a.table)
     env = Env(src, "dump", [a.table], workdir, dump={"chunk_size": a.chunk_size, "parallelism": a.parallelism},
-              spark={"nice": a.spark_nice})
+              spark=a.spark)
     tail = None
     try:
         tail = TailProcess(env)  # windows close only when the tail has seen the HW
@@ -167,7 +167,7 @@ def lag(a, src, workdir: Path) -> dict:
     statement return. Both are wall clocks of this machine, so no clock skew."""
     q = src.qualified(a.table)
     env = Env(src, "lag", [a.table], workdir, dump={"chunk_size": a.chunk_size, "parallelism": a.parallelism},
-              spark={"nice": a.spark_nice})
+              spark=a.spark)
     tail = None
     writer = Writer(src, a.table, a.write_rate, a.rows + 1_000_000, a.rows, env.dir / "writes.json")
     try:
@@ -246,7 +246,7 @@ def fresh(a, src, workdir: Path) -> dict:
     q = src.qualified(table)
     src.create_table(table)
     src.seed(table, a.fresh_rows)
-    env = Env(src, "fresh", [table], workdir, target=True, spark={"nice": a.spark_nice})
+    env = Env(src, "fresh", [table], workdir, target=True, spark=a.spark)
     tail = None
     writer = Writer(src, table, a.write_rate, a.fresh_rows + 1, a.fresh_rows, env.dir / "writes.json")
     from airflow_provider_dblog.engine.targets.postgres import PostgresTarget

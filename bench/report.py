@@ -56,7 +56,9 @@ def table(res: dict) -> str:
 def markdown(res: dict) -> str:
     m = res["meta"]
     lines = [f"# dblog benchmark ({m['source']}, {m['started']})", "",
-             f"args: `{m['args']}`  ", f"machine: {m['machine']}", "", table(res), ""]
+             f"args: `{m['args']}`  ", f"machine: {m['machine']}  ",
+             f"Spark master (every Spark job, ours and the baseline's): {m.get('spark_master', 'local[2]')}",
+             "", table(res), ""]
     if d := res.get("dump"):
         lines += [f"Dump: {d['rows']:,} rows, {d['chunks']} chunks of {d['chunk_size']:,}, parallelism "
                   f"{d['parallelism']}; ours {d['ours']['seconds']}s (JVM/session start and stop {d['ours']['overhead_s']}s, "

@@ -37,6 +37,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="apply through the engine's apply_job or the provider's apply DAG")
     p.add_argument("--spark-nice", type=int, default=0,
                    help="the config's spark.nice (0-19) for every Spark job, ours and the baseline's")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--spark-master", default=None,
+                       help="run every Spark job, ours and the baseline's, on this master "
+                            "(e.g. spark://host:7077; the storage root must be shared with its workers)")
+    where.add_argument("--spark-cluster", type=int, default=0, metavar="WORKERS",
+                       help="start a standalone cluster of this many workers on loopback for the run "
+                            "(devenv/spark_cluster.py) and run every Spark job on it")
+    p.add_argument("--executor-cores", type=int, default=1, help="with a cluster: cores per executor")
+    p.add_argument("--executor-memory", default="1g", help="with a cluster: memory per executor")
     p.add_argument("--apply-interval", type=float, default=10.0,
                    help="seconds from one apply run's start to the next's (0: back to back)")
     p.add_argument("--apply-via", choices=("auto", "local", "spark"), default="auto",
@@ -51,6 +60,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"unknown phase(s) {bad}; choose from {PHASES}")
     a.table = "dump_rows"
     return a
+
+
+def spark_section(a, master: str | None) -> dict:
+    """The config's ``spark`` section of every phase: the same for ours and the baseline."""
+    spark = {"nice": a.spark_nice}
+    if master:
+        spark.update(master=master, executor_cores=a.executor_cores, executor_memory=a.executor_memory)
+    return spark
 
 
 def main(argv=None) -> int:
@@ -68,6 +85,16 @@ def main(argv=None) -> int:
                           "args": " ".join(f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
                                            if k not in ("phases", "table")),
                           "machine": f"{platform.node()} {os.cpu_count()} cpus, {platform.python_version()}"}}
+    cluster = None
+    if a.spark_cluster:
+        from airflow_provider_dblog.devenv.spark_cluster import StandaloneCluster
+        cluster = StandaloneCluster(out / "spark-cluster", workers=a.spark_cluster, cores=a.executor_cores,
+                                    memory=a.executor_memory)
+        cluster.start()
+        log.info("spark: standalone cluster %s with %d worker(s)", cluster.url, a.spark_cluster)
+    master = cluster.url if cluster else a.spark_master
+    a.spark = spark_section(a, master)
+    res["meta"]["spark_master"] = master or "local[2]"
     src.setup()
     try:
         if {"dump", "lag"} & set(a.phases):
@@ -84,6 +111,8 @@ def main(argv=None) -> int:
                 res[name]["phase_seconds"] = round(time.monotonic() - t0, 1)
     finally:
         src.teardown()
+        if cluster:
+            cluster.stop()
         md = report.write(res, out)
     print(md)
     print(f"\nwritten to {out}")

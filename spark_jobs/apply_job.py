@@ -85,6 +85,14 @@ class Applier:
             self.spark_start_s = round(time.monotonic() - t0, 3)
         return self._spark
 
+    @property
+    def where(self) -> dict:
+        """The Spark application the run used (none when no table had work)."""
+        if self._spark is None:
+            return {"spark_master": None, "app_id": None}
+        sc = self._spark.sparkContext
+        return {"spark_master": sc.master, "app_id": sc.applicationId}
+
     def stop(self) -> None:
         if self._spark is not None:
             self._spark.stop()
@@ -151,11 +159,12 @@ def main(argv: list[str] | None = None) -> dict:
         for t in tables:
             results[t] = with_sweep(applier.apply_table(schemas[t]), target, tcfg.name, store, state,
                                     scfg, schemas[t])
+        where = applier.where
     finally:
         applier.stop()
         target.close()
     return run_result(tcfg, scfg, applier.run_id, results, started, SPARK,
-                      spark_start_s=applier.spark_start_s)
+                      spark_start_s=applier.spark_start_s, **where)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
         dest = store.chunk_uri(task.request, task.table, args.window_id)
         rows = reader.read(schema, task.predicates, dest)
         return {"rows": rows.num_rows, "source": scfg.name, "table": task.table,
+                "spark_master": spark.sparkContext.master, "app_id": spark.sparkContext.applicationId,
                 "request": task.request, "window": args.window_id, "dest": dest, **reader.last_stats}
     finally:
         source.close()

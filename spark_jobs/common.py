@@ -29,8 +29,10 @@ from airflow_provider_dblog.engine.jobs import ERROR_PREFIX, RESULT_PREFIX, SHUF
 from airflow_provider_dblog.engine.positions import Position  # noqa: E402
 from airflow_provider_dblog.engine.schema import TableSchema  # noqa: E402
 
+# the jobs' settings when nothing set them: spark-submit passes engine.jobs.spark_conf
+# (and the user's spark.conf) as --conf, and those win. Never the master: a job runs where
+# spark-submit sends it.
 DEFAULT_CONF = {
-    "spark.master": "local[2]",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.ui.enabled": "false",
@@ -40,24 +42,30 @@ DEFAULT_CONF = {
 }
 
 
-def _conf_already_set() -> set[str]:
-    """Keys spark-submit already set. Never starts a JVM of its own: in-process, the
-    builder's settings must reach the JVM's launch (java options, jars)."""
+def submitted_conf() -> dict[str, str]:
+    """The settings spark-submit gave this driver (``--master``, ``--conf``, ``--jars``, ...):
+    the driver JVM's ``spark.*`` properties, read through the gateway spark-submit opened
+    for this Python process. Empty when nothing launched us (Spark started in-process)."""
     from pyspark import SparkConf, SparkContext
 
-    if SparkContext._jvm is None and not os.environ.get("PYSPARK_GATEWAY_PORT"):
-        return set()
-    return {k for k, _ in SparkConf().getAll()}
+    if SparkContext._jvm is None:
+        if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+            return {}
+        SparkContext._ensure_initialized()   # connects to spark-submit's JVM; starts none
+    return dict(SparkConf().getAll())
 
 
 def spark_session(app_name: str, conf: dict[str, str] | None = None):
-    """getOrCreate a session with the project's settings, unless already set."""
+    """getOrCreate a session: what spark-submit set stays as it is; the project's defaults
+    fill only what nothing set; ``conf`` (in-process callers, tests) is applied as given."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("TZ", "UTC")
-    have = _conf_already_set()
-    builder = SparkSession.builder.appName(app_name)
+    have = submitted_conf()
+    builder = SparkSession.builder
+    if "spark.app.name" not in have:
+        builder = builder.appName(app_name)
     for k, v in DEFAULT_CONF.items():
         if k not in have:
             builder = builder.config(k, v)

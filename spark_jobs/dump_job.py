@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
         req = state.request(args.request) or {}
         out = dataclasses.asdict(summary)
         out.update({"source": scfg.name, "status": req.get("status", ""),
+                    "spark_master": spark.sparkContext.master, "app_id": spark.sparkContext.applicationId,
                     "chunks": summary.total("chunks"), "rows": summary.total("rows"),
                     "dropped": summary.total("dropped")})
         return out

@@ -56,6 +56,19 @@ def servers():
     return {"mariadb_port": MARIADB_PORT, "postgres_port": POSTGRES_PORT, "redis_port": REDIS_PORT}
 
 
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A Spark standalone cluster (master and two workers of the installed pyspark on
+    loopback, tests/spark_cluster.py), started when a test first asks for it and shared
+    by all (integration and Airflow tests alike)."""
+    from spark_cluster import TestCluster
+    cluster = TestCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1, memory="1g")
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
 def mysql_db(servers):
     """A fresh MariaDB database name, dropped afterwards."""

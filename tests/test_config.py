@@ -65,6 +65,11 @@ def test_environment_references_and_defaults():
     (lambda r: r.update(spark={"nice": 20}), "spark.nice must be an integer from 0 to 19"),
     (lambda r: r.update(spark={"nice": "low"}), "spark.nice must be"),
     (lambda r: r.update(spark={"nice": True}), "spark.nice must be"),
+    (lambda r: r.update(spark={"executor_cores": 0}), "spark.executor_cores must be an integer >= 1"),
+    (lambda r: r.update(spark={"executor_cores": "2"}), "spark.executor_cores must be"),
+    (lambda r: r.update(spark={"executor_memory": "2 GB"}), "spark.executor_memory must look like"),
+    (lambda r: r.update(spark={"conf": {"spark.master": "yarn"}}), "give the master as the spark section's"),
+    (lambda r: r.update(spark={"conf": {"spark.submit.deployMode": "cluster"}}), "client mode only"),
 ])
 def test_bad_config_is_refused_with_what_is_wrong(change, words):
     raw = {"sources": {"s": {"kind": "mysql", "host": "h", "port": 1, "user": "u", "tables": ["a.b"]}},
@@ -72,3 +77,19 @@ def test_bad_config_is_refused_with_what_is_wrong(change, words):
     change(raw)
     with pytest.raises(ConfigError, match=words):
         parse_config(raw, env={})
+
+
+def test_cluster_settings_reach_the_spark_submit_command_line():
+    """A cluster's settings from the YAML: the master, the executors' size and Python."""
+    from airflow_provider_dblog.engine.jobs import spark_submit_args
+    raw = json.loads(json.dumps(BASE))
+    raw["spark"] = {"master": "spark://spark-master:7077", "executor_memory": "4g", "executor_cores": 2,
+                    "python": "/opt/venvs/dblog/bin/python", "jars": []}
+    env = {"AIRFLOW_CONN_SHOP_DB": "mysql://u:p@h:1/d", "AIRFLOW_CONN_WH_DB": "postgres://u:p@h:2/d",
+           "AIRFLOW_CONN_STATE_REDIS": "redis://r:6379/0"}
+    cmd = spark_submit_args(parse_config(raw, env=env), "/x/dump_job.py", ["--a"])
+    assert cmd[cmd.index("--master") + 1] == "spark://spark-master:7077"
+    assert cmd[cmd.index("--executor-memory") + 1] == "4g"
+    assert cmd[cmd.index("--executor-cores") + 1] == "2"
+    assert "spark.pyspark.python=/opt/venvs/dblog/bin/python" in cmd
+    assert cmd.count("--master") == 1 and not any(c.startswith("spark.master=") for c in cmd)

@@ -141,10 +141,28 @@ class SparkConfig:
     # CPU niceness (0-19) of spark-submit and its JVM: where Spark shares a host with the
     # source database, a positive value keeps the database's writes ahead of the dump
     nice: int = 0
+    # on a cluster: what each executor gets (spark-submit's --executor-memory and
+    # --executor-cores), and the Python the executors run (spark.pyspark.python; default:
+    # the submitting process's own, right for local mode and for workers installed alike)
+    executor_memory: str = ""
+    executor_cores: int | None = None
+    python: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.nice, bool) or not isinstance(self.nice, int) or not 0 <= self.nice <= 19:
             raise ConfigError(f"spark.nice must be an integer from 0 to 19, not {self.nice!r}")
+        c = self.executor_cores
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ConfigError(f"spark.executor_cores must be an integer >= 1, not {c!r}")
+        if self.executor_memory and not re.fullmatch(r"\d+[kmgtKMGT]?", str(self.executor_memory)):
+            raise ConfigError(f"spark.executor_memory must look like 2g or 512m, not {self.executor_memory!r}")
+        if "spark.master" in (self.conf or {}):
+            raise ConfigError("spark.conf sets spark.master: give the master as the spark section's own "
+                              "`master` (it becomes spark-submit's --master), not as a conf setting")
+        mode = str((self.conf or {}).get("spark.submit.deployMode", "client"))
+        if mode != "client":
+            raise ConfigError(f"spark.conf sets spark.submit.deployMode={mode}: the jobs run in client mode "
+                              "only (the driver reports each job's result to the process that submitted it)")
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def spark_conf(config: Config) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
         "spark.driver.extraJavaOptions": _JAVA_TZ,
         "spark.executor.extraJavaOptions": _JAVA_TZ,
-        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.python": config.spark.python or sys.executable,
     }
     for k, v in (config.spark.conf or {}).items():
         v = str(v)
@@ -104,6 +104,10 @@ def spark_submit_args(config: Config, application: str, app_args: list[str]) -> 
         cmd += ["--jars", ",".join(jars)]
     if config.spark.driver_memory:
         cmd += ["--driver-memory", str(config.spark.driver_memory)]
+    if config.spark.executor_memory:
+        cmd += ["--executor-memory", str(config.spark.executor_memory)]
+    if config.spark.executor_cores:
+        cmd += ["--executor-cores", str(config.spark.executor_cores)]
     for k, v in spark_conf(config).items():
         cmd += ["--conf", f"{k}={v}"]
     return cmd + [application, *[str(a) for a in app_args]]

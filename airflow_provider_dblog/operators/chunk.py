@@ -100,7 +100,9 @@ class DBLogChunkDumpOperator(BaseOperator):
     apply frontier back.
 
     Returns (XCom) ``{"chunk": ChunkTask.to_dict(), "window": Window as a dict,
-    "selected": rows, "select_s": seconds}``: what the sensor and the reconcile operator take.
+    "selected": rows, "select_s": seconds, "spark": {"master", "app_id"} or None}``: what the
+    sensor and the reconcile operator take; ``spark`` names the application that selected a
+    key-range chunk (a key-list chunk is selected in the task, with bound parameters).
     """
 
     template_fields: Sequence[str] = ("config_path", "request_id")
@@ -183,10 +185,13 @@ class DBLogChunkDumpOperator(BaseOperator):
         try:
             runner.source.write_watermark(window.lw)                            # step 2: LW
             self.log.info("LW %s written", window.lw)
+            spark = None
             if task.keys is not None:                                           # step 3
                 selected = runner.select_chunk(task, window).num_rows
             else:
-                selected = self._select_on_spark(job, hook, source_name, task, window, context)
+                result = self._select_on_spark(job, hook, source_name, task, window, context)
+                selected = int(result["rows"])
+                spark = {"master": result.get("spark_master"), "app_id": result.get("app_id")}
             runner.source.write_watermark(window.hw)                            # step 4: HW
             self.log.info("HW %s written", window.hw)
         except BaseException as e:
@@ -199,7 +204,7 @@ class DBLogChunkDumpOperator(BaseOperator):
         self.log.info("request %s, %s: %d rows selected in %.1fs inside window %s", rid, task.table,
                       selected, select_s, window.id)
         return {"chunk": task.to_dict(), "window": json.loads(window.to_json()),
-                "selected": selected, "select_s": select_s}
+                "selected": selected, "select_s": select_s, "spark": spark}
 
     def _fail_window(self, state, window: Window, rid: str, error: BaseException) -> None:
         message = f"{type(error).__name__}: {error}"
@@ -220,7 +225,7 @@ class DBLogChunkDumpOperator(BaseOperator):
             dblog_conn_id=self.dblog_conn_id, conn_id=self.spark_conn_id)
 
     def _select_on_spark(self, job: DBLogSparkSubmitOperator, hook: DBLogHook, source_name: str,
-                         task: ChunkTask, window: Window, context: Context) -> int:
+                         task: ChunkTask, window: Window, context: Context) -> dict:
         job.job_args = ["--source", source_name, "--chunk", json.dumps(task.to_dict()), "--window-id", window.id]
         job.prepare(hook, context)
         self._spark_hook = job._get_hook()  # keeps the job's DBLOG_RESULT / DBLOG_ERROR lines
@@ -236,7 +241,7 @@ class DBLogChunkDumpOperator(BaseOperator):
         if result is None:
             raise SparkJobError(f"Spark job {SPARK_JOB} exited 0 without a {RESULT_PREFIX.strip()} line")
         self.log.info("chunk select: %s", {k: v for k, v in result.items() if k != "dest"})
-        return int(result["rows"])
+        return result
 
     def on_kill(self) -> None:
         if self._spark_hook is not None:

@@ -64,7 +64,8 @@ class DBLogSparkSubmitOperator(SparkSubmitOperator):
       worker's Python) and the config's ``spark.conf``; yours win;
     * ``env_vars``: the connections the config names as ``AIRFLOW_CONN_*``, ``SPARK_LOCAL_IP``,
       ``PYSPARK_PYTHON`` and ``PYTHONPATH`` (credentials go by environment, never by argument);
-    * ``driver_memory``: the config's ``spark.driver_memory`` unless you pass one.
+    * ``driver_memory``, ``executor_memory``, ``executor_cores``: the config's ``spark.*``
+      of the same names unless you pass them.
 
     Spark runs on the master of the Spark connection ``conn_id`` (the config's
     ``spark.master`` is what the ``dblog`` command uses). The connection must exist: the
@@ -134,11 +135,17 @@ class DBLogSparkSubmitOperator(SparkSubmitOperator):
             raise DBLogSparkConnectionError(
                 f"Spark connection {self._conn_id!r} does not exist (the Spark provider would silently "
                 f"submit to YARN instead): {create}") from None
-        master = str(self._get_hook()._connection.get("master") or "")
+        resolved = self._get_hook()._connection
+        master = str(resolved.get("master") or "")
         if not _MASTER.match(master):
             raise DBLogSparkConnectionError(
                 f"Spark connection {self._conn_id!r} resolves to master {master!r}, which spark-submit "
                 f"does not accept: put the master in the connection's host, {create}")
+        if (resolved.get("deploy_mode") or "client") != "client":
+            raise DBLogSparkConnectionError(
+                f"Spark connection {self._conn_id!r} (or the operator) asks for deploy mode "
+                f"{resolved['deploy_mode']!r}: dblog's jobs run in client mode only (the driver reports "
+                "each job's result to the task that submitted it); drop deploy-mode from the connection")
         return master
 
     def prepare(self, hook: DBLogHook, context: Context) -> None:
@@ -152,6 +159,10 @@ class DBLogSparkSubmitOperator(SparkSubmitOperator):
                      **(self.conf or {})}
         if not self._driver_memory and cfg.spark.driver_memory:
             self._driver_memory = str(cfg.spark.driver_memory)
+        if not self._executor_memory and cfg.spark.executor_memory:
+            self._executor_memory = str(cfg.spark.executor_memory)
+        if not self._executor_cores and cfg.spark.executor_cores:
+            self._executor_cores = int(cfg.spark.executor_cores)
         # what the job needs (hook.subprocess_env() is this process's environment plus that):
         # the variables the engine sets for its jobs, the connections, anything else it changed
         full = hook.subprocess_env()

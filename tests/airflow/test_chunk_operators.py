@@ -304,3 +304,23 @@ def test_chained_in_a_dag_with_dag_test(setup, airflow_db, monkeypatch):
     progress = state.progress(rid, setup.tables[0])
     assert progress["done"] and progress["chunks"] == 1 and progress["rows"] == 300
     assert state.request(rid)["status"] == "done" and not state.open_windows()
+
+
+def test_the_chunk_select_runs_on_the_spark_connections_cluster(setup, tail, context, spark_cluster,
+                                                                 tmp_path, monkeypatch):
+    """The Airflow path to a cluster (issue 12): the Spark connection names a standalone
+    master, and the chunk select's application registers there and runs on its executors."""
+    events = tmp_path / "spark-events"
+    events.mkdir()
+    raw = yaml.safe_load(setup.path.read_text())
+    raw["spark"] = spark_cluster.spark_conf(events)
+    setup.path.write_text(yaml.safe_dump(raw))
+    host, port = spark_cluster.url.rsplit(":", 1)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": host,
+                                                                  "port": int(port)}))
+    rid = submit(setup, DumpSpec("table", setup.tables, chunk_size=300, parallelism=2))
+    out, seen, detail = one_chunk(setup, rid, context)
+    assert out["spark"]["master"] == spark_cluster.url, out
+    spark_cluster.assert_ran_here(events, out["spark"]["app_id"], "dblog-chunk_select_job")
+    assert detail["selected"] == 300 and detail["request_done"], detail
+    assert setup.state().request(rid)["status"] == "done"

@@ -236,11 +236,20 @@ def test_spark_connection_without_a_master_is_a_clear_error(dblog_setup, context
         op.execute(context)
 
 
+def test_a_cluster_deploy_mode_is_refused_before_anything_runs(dblog_setup, context, monkeypatch):
+    s = dblog_setup(ITEMS)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTERMODE", json.dumps(
+        {"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077, "extra": {"deploy-mode": "cluster"}}))
+    op = DBLogApplyOperator(task_id="apply", config_path=str(s.path), conn_id="spark_clustermode")
+    with pytest.raises(DBLogSparkConnectionError, match="client mode only"):
+        op.execute(context)
+
+
 def test_spark_settings_come_from_the_config(dblog_setup, context, monkeypatch):
     s = dblog_setup(ITEMS)
     s.path.write_text(s.path.read_text().replace(
         "spark:\n  master: local[2]\n",
-        "spark:\n  master: local[2]\n  conf: {spark.executor.memory: 1g, spark.master: yarn}\n"
+        "spark:\n  master: local[2]\n  conf: {spark.executor.memory: 1g, spark.app.name: mine}\n"
         "  driver_memory: 1g\n"))
     monkeypatch.setenv("DBLOG_PG", '{"conn_type":"postgres","host":"127.0.0.1","port":15432,"login":"postgres"}')
     op = DBLogApplyOperator(task_id="apply", config_path=str(s.path), target="tgt",

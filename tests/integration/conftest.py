@@ -37,6 +37,7 @@ class CDC:
             "spark": {"master": "local[2]"},
             "dump": {"chunk_size": 20_000, "parallelism": 2, "window_timeout_s": 60},
             "tail": {"flush_events": 5_000, "flush_seconds": 0.2},
+            "apply": {},
         }
         raw["sources"]["src"].update(overrides.pop("source", {}))
         for section, values in overrides.items():

@@ -102,7 +102,7 @@ def mariadb(servers):
 
 @pytest.fixture(scope="module")
 def spark():
-    s = spark_session("dblog-test-chunk-reader", conf={"spark.jars": JARS})
+    s = spark_session("dblog-test-chunk-reader", conf={"spark.jars": JARS, "spark.master": "local[2]"})
     yield s
     s.stop()
 
