@@ -31,8 +31,9 @@ demo: bootstrap
 airflow: bootstrap
 	cd $(REPO) && $(RUN_ENV) $(PY) -m airflow_provider_dblog.devenv.airflow_local standalone airflow_provider_dblog/devenv/demo.yaml
 
+# DBLOG_FAIL_ON_SKIP: every test runs here; a skipped one fails the run (tests/conftest.py)
 test: bootstrap
-	cd $(REPO) && $(RUN_ENV) $(PY) -m pytest $(PYTEST_ARGS) $(TESTS)
+	cd $(REPO) && $(RUN_ENV) DBLOG_FAIL_ON_SKIP=1 $(PY) -m pytest $(PYTEST_ARGS) $(TESTS)
 
 bench: bootstrap
 	cd $(REPO) && $(RUN_ENV) $(PY) -m bench

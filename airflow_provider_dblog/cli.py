@@ -9,21 +9,18 @@ import sys
 import time
 
 from .engine.config import Config, load_config
-from .engine.dump import DumpSpec, validate_spec
+from .engine.requests import ACTIONS, DumpSpec, control_request, parse_spec, runnable_request, validate_spec
 from .engine.errors import DBLogError
 from .engine.sources import open_source
-from .engine.state import RedisState
-from .engine.store import EventStore
 from .engine.tail import Tail
+from .engine.wiring import Wiring
 
 log = logging.getLogger("dblog")
 
 
 def _parts(cfg: Config, source_name: str | None):
-    src_cfg = cfg.source(source_name)
-    state = RedisState(cfg.redis_url, cfg.state_prefix, src_cfg.name)
-    store = EventStore(cfg.storage_root, src_cfg.name)
-    return src_cfg, state, store
+    parts = Wiring(cfg, source_name)
+    return parts.source_config, parts.state, parts.store
 
 
 def cmd_check(cfg: Config, args) -> int:
@@ -81,24 +78,11 @@ def cmd_tail(cfg: Config, args) -> int:
 
 
 def _spec_from_args(args) -> DumpSpec:
-    if args.all:
-        return DumpSpec("all", [], chunk_size=args.chunk_size, parallelism=args.parallelism)
-    if not args.table:
-        raise DBLogError("name --all, or --table (with --keys/--keys-file for a key list)")
-    if args.where:
-        return DumpSpec("where", [args.table], chunk_size=args.chunk_size, parallelism=args.parallelism,
-                        where=args.where)
-    keys = []
-    if args.keys or args.keys_file:
-        text = args.keys if args.keys else open(args.keys_file).read()
-        try:
-            keys = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise DBLogError(f"--keys must be a JSON list such as [1, 2] or [[1, \"a\"], [2, \"b\"]]: {e}")
-        if not isinstance(keys, list):
-            raise DBLogError("--keys must be a JSON list")
-        return DumpSpec("keys", [args.table], keys, args.chunk_size, args.parallelism)
-    return DumpSpec("table", [args.table], chunk_size=args.chunk_size, parallelism=args.parallelism)
+    if not args.all and not args.table:
+        raise DBLogError("name --all, or --table (with --keys/--keys-file for a key list, --where for a condition)")
+    keys = open(args.keys_file).read() if args.keys_file else args.keys
+    scope = "all" if args.all else "keys" if keys is not None else "where" if args.where else "table"
+    return parse_spec(scope, args.table, keys, args.where, args.chunk_size, args.parallelism)
 
 
 def cmd_dump(cfg: Config, args) -> int:
@@ -106,9 +90,9 @@ def cmd_dump(cfg: Config, args) -> int:
     src_cfg, state, store = _parts(cfg, args.source)
     if args.request:
         rid = args.request
-        if state.request(rid) is None:
-            raise DBLogError(f"unknown dump request {rid!r}")
-        state.set_flag(rid, "pause", False)
+        runnable_request(state, rid)
+        if state.flag(rid, "pause"):
+            control_request(state, rid, "resume")
     else:
         source = open_source(src_cfg)
         spec = validate_spec(source, _spec_from_args(args), cfg.dump)  # before anything is written
@@ -122,12 +106,11 @@ def cmd_dump(cfg: Config, args) -> int:
     return 0
 
 
-def cmd_flag(cfg: Config, args) -> int:
+def cmd_control(cfg: Config, args) -> int:
     _, state, _ = _parts(cfg, args.source)
-    if state.request(args.request) is None:
-        raise DBLogError(f"unknown dump request {args.request!r}")
-    state.set_flag(args.request, args.flag, args.flag_on)
-    print(f"request {args.request}: {args.flag} {'set' if args.flag_on else 'cleared'}")
+    out = control_request(state, args.request, args.action)
+    print(f"request {args.request} ({out['status']}): {args.action} "
+          f"(flags: pause {'on' if out['pause'] else 'off'}, cancel {'on' if out['cancel'] else 'off'})")
     return 0
 
 
@@ -140,7 +123,7 @@ def cmd_apply(cfg: Config, args) -> int:
 
 
 def status(cfg: Config, source_name: str | None = None) -> dict:
-    src_cfg, state, _ = _parts(cfg, source_name)
+    src_cfg, state, store = _parts(cfg, source_name)
     cp = state.checkpoint()
     out: dict = {"source": src_cfg.name, "checkpoint": cp.pos.encode() if cp else None,
                  "checkpoint_age_s": round(time.time() - cp.updated_at, 3) if cp else None,
@@ -164,11 +147,9 @@ def status(cfg: Config, source_name: str | None = None) -> dict:
             continue
         try:
             from .engine.apply import held_tables
-            from .engine.store import EventStore
             from .engine.targets import open_target
             with open_target(tcfg) as target:
-                held = held_tables(target, EventStore(cfg.storage_root, src_cfg.name), state,
-                                   src_cfg.name, list(src_cfg.tables))
+                held = held_tables(target, store, state, src_cfg.name, list(src_cfg.tables))
             if held:
                 out["held"][tcfg.name] = held
         except Exception as e:  # status must work while a target is down
@@ -226,17 +207,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--all", action="store_true", help="every configured table")
     g.add_argument("--table", help="one table, as db.table")
     g.add_argument("--request", help="resume this request from its last completed chunk")
-    d.add_argument("--keys", help='JSON list of keys: [1,2] or [[1,"a"],[2,"b"]] for composite keys')
+    d.add_argument("--keys", help='the keys: a JSON list, [1,2] or [[1,"a"],[2,"b"]] for composite keys, '
+                                  'or one key per line (a composite key comma-separated)')
     d.add_argument("--keys-file", help="a file holding that JSON list")
     d.add_argument("--where", help="a plain condition on the table's columns, e.g. \"status = 'new' AND total > 10\"")
     d.add_argument("--chunk-size", type=int)
     d.add_argument("--parallelism", type=int)
     d.add_argument("--max-chunks", type=int, help="stop (paused) after this many chunks")
     d.set_defaults(func=cmd_dump)
-    for name, flag, on in (("pause", "pause", True), ("resume", "pause", False), ("cancel", "cancel", True)):
-        f = sub.add_parser(name, help=f"{name} a dump request")
+    for action in ACTIONS:
+        f = sub.add_parser(action, help=f"{action} a dump request")
         f.add_argument("request")
-        f.set_defaults(func=cmd_flag, flag=flag, flag_on=on)
+        f.set_defaults(func=cmd_control, action=action)
     a = sub.add_parser("apply", help="apply the event log to a target (in-process when small, else on Spark)")
     a.add_argument("--target")
     a.add_argument("--tables", help="comma-separated db.table list (default: all)")

@@ -6,13 +6,11 @@ WHERE condition must be a plain condition (engine/conditions.py), sizes are boun
 """
 from __future__ import annotations
 
-import json
-from typing import Any
 
 from airflow.sdk import Param
 
 from .engine.config import Config
-from .engine.dump import SCOPES, DumpSpec
+from .engine.requests import SCOPES, DumpSpec, parse_spec
 
 KEYS_HELP = ("One key per line; a composite key as comma-separated values in key order, e.g. "
              "'1001, 2'. Or a JSON list: [1, 2] or [[1001, 2], [1001, 3]].")
@@ -39,43 +37,10 @@ def repair_params(config: Config, source: str) -> dict[str, Param]:
     }
 
 
-def parse_keys_text(text: Any) -> list:
-    """Keys from the form: a JSON list, or one key per line with comma-separated values."""
-    if isinstance(text, list):
-        return text
-    text = (text or "").strip()
-    if not text:
-        return []
-    if text.startswith("["):
-        try:
-            keys = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"the keys are not a valid JSON list: {e.msg} (line {e.lineno})") from None
-        if not isinstance(keys, list):
-            raise ValueError("the keys must be a JSON list")
-        return keys
-    keys = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        values = [v.strip() for v in line.split(",")]
-        if any(v == "" for v in values):
-            raise ValueError(f"line {n} of the keys has an empty value: {line!r}")
-        keys.append(values)
-    return keys
-
-
 def spec_from_params(params: dict) -> DumpSpec:
-    """The dump request a form describes (the engine's validate_spec checks the rest)."""
+    """The dump request a form describes (``engine.requests.parse_spec``, the rules of every
+    front end; ``validate_spec`` checks the rest). The form's table dropdown always holds a
+    table: it is not used when the scope is 'all'."""
     scope = params.get("scope")
-    if scope not in SCOPES:
-        raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
-    tables = [] if scope == "all" else [params.get("table")]
-    keys = parse_keys_text(params.get("keys")) if scope == "keys" else []
-    where = (params.get("where") or "").strip() if scope == "where" else None
-    if scope != "keys" and (params.get("keys") or "").strip():
-        raise ValueError(f"keys were given but the scope is {scope!r}: choose scope 'keys' or clear them")
-    if scope != "where" and (params.get("where") or "").strip():
-        raise ValueError(f"a WHERE condition was given but the scope is {scope!r}: choose scope "
-                         "'where' or clear it")
-    return DumpSpec(scope, tables, keys, params.get("chunk_size"), params.get("parallelism"), where)
+    return parse_spec(scope, None if scope == "all" else params.get("table"), params.get("keys"),
+                      params.get("where"), params.get("chunk_size"), params.get("parallelism"))

@@ -17,10 +17,9 @@ import psycopg2
 import yaml
 
 from airflow_provider_dblog.engine.config import load_config
-from airflow_provider_dblog.engine.jobs import job_env, parse_result, spark_preexec, spark_submit_args
+from airflow_provider_dblog.engine.jobs import JobReport, SparkJobError, job_env, spark_preexec, spark_submit_args
 from airflow_provider_dblog.engine.positions import Position
-from airflow_provider_dblog.engine.state import RedisState
-from airflow_provider_dblog.engine.store import EventStore
+from airflow_provider_dblog.engine.wiring import Wiring
 
 from .sources import BenchSource
 
@@ -56,8 +55,8 @@ class Env:
         self.path = self.dir / "dblog.yaml"
         self.path.write_text(yaml.safe_dump(raw))
         self.cfg = load_config(self.path)
-        self.state = RedisState(self.cfg.redis_url, self.cfg.state_prefix, "src")
-        self.store = EventStore(self.cfg.storage_root, "src")
+        parts = Wiring(self.cfg, "src")
+        self.state, self.store = parts.state, parts.store
 
     def samples(self) -> list[tuple[Position, float]]:
         """(checkpoint, wall time) of every tail commit: when each position became durable."""
@@ -124,15 +123,17 @@ class TailProcess:
 def run_bench_app(env: Env, app: str, args: list[str], timeout_s: float = 3600) -> dict:
     """spark-submit ``bench/jobs/<app>.py`` exactly as engine.jobs submits the engine's
     jobs (same jars, conf, driver memory, environment): both pay the same JVM start."""
-    cmd = spark_submit_args(env.cfg, str(JOBS / f"{app}.py"), args)
-    t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=job_env(), timeout=timeout_s,
-                       preexec_fn=spark_preexec(env.cfg))
-    secs = time.monotonic() - t0
-    (env.dir / f"{app}.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
-    res = parse_result(p.stdout.splitlines())
-    if p.returncode != 0 or res is None:
-        raise RuntimeError(f"bench app {app} failed (exit {p.returncode}); see {env.dir / (app + '.log')}")
+    with JobReport(app) as report:
+        cmd = spark_submit_args(env.cfg, str(JOBS / f"{app}.py"), [*args, *report.args()])
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=job_env(), timeout=timeout_s,
+                           preexec_fn=spark_preexec(env.cfg))
+        secs = time.monotonic() - t0
+        (env.dir / f"{app}.log").write_text(p.stdout + "\n--- stderr ---\n" + p.stderr)
+        try:
+            res = report.outcome(p.returncode)
+        except SparkJobError as e:
+            raise RuntimeError(f"bench app {app}: {e}; see {env.dir / (app + '.log')}") from None
     res["submit_seconds"] = round(secs, 3)
     return res
 

@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 from airflow_provider_dblog.engine.apply import apply_run
-from airflow_provider_dblog.engine.dump import DumpRunner, DumpSpec
+from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.jobs import run_spark_job
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.sources import open_source
 from airflow_provider_dblog.engine.tail import Tail
+from airflow_provider_dblog.engine.wiring import Wiring
 
 from .env import Env, TailProcess, head_position, run_bench_app
 from .metrics import Timeline, positions_by_wseq, ratio, summary
@@ -27,7 +28,7 @@ log = logging.getLogger("bench")
 def _submit(env: Env, table: str, **spec) -> str:
     src = open_source(env.cfg.source())
     try:
-        return DumpRunner(src, env.state, env.store, None, env.cfg.dump).submit(
+        return Wiring(env.cfg, "src").runner(source=src).submit(
             DumpSpec("table", [table], **spec))
     finally:
         src.close()

@@ -137,9 +137,8 @@ class Applier:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from airflow_provider_dblog.engine.state import RedisState
-    from airflow_provider_dblog.engine.store import EventStore
     from airflow_provider_dblog.engine.targets import open_target
+    from airflow_provider_dblog.engine.wiring import Wiring
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -150,8 +149,8 @@ def main(argv: list[str] | None = None) -> dict:
     scfg = cfg.source(tcfg.source)
     tables = resolve_tables(scfg, args.tables)
     schemas = load_schemas(scfg, tables, args.schema_file)
-    state = RedisState(cfg.redis_url, cfg.state_prefix, scfg.name)
-    store = EventStore(cfg.storage_root, scfg.name)
+    parts = Wiring(cfg, scfg.name)
+    state, store = parts.state, parts.store
     target = open_target(tcfg)
     applier = Applier(lambda: spark_session(f"dblog-apply-{tcfg.name}"), target, store, state, scfg.name)
     results: dict[str, dict] = {}

@@ -54,18 +54,18 @@ def load_task(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from airflow_provider_dblog.engine.sources import open_source
-    from airflow_provider_dblog.engine.store import EventStore
+    from airflow_provider_dblog.engine.wiring import Wiring
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     task = load_task(args)  # bad input fails before Spark starts
     cfg = load(args.config)
-    scfg = cfg.source(args.source)
+    parts = Wiring(cfg, args.source)
+    scfg = parts.source_config
     scfg.table(task.table)  # a configured table
-    store = EventStore(cfg.storage_root, scfg.name)
-    source = open_source(scfg)
+    store = parts.store
+    source = parts.open_source()
     spark = None
     try:
         schema = source.table_schema(task.table)

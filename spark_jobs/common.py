@@ -25,7 +25,7 @@ import pyarrow.fs as pafs  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from airflow_provider_dblog.engine.config import Config, load_config  # noqa: E402
-from airflow_provider_dblog.engine.jobs import ERROR_PREFIX, RESULT_PREFIX, SHUFFLE_PARTITIONS  # noqa: E402
+from airflow_provider_dblog.engine.jobs import ERROR_PREFIX, RESULT_FILE_ARG, RESULT_PREFIX, SHUFFLE_PARTITIONS  # noqa: E402,E501
 from airflow_provider_dblog.engine.positions import Position  # noqa: E402
 from airflow_provider_dblog.engine.schema import TableSchema  # noqa: E402
 
@@ -95,14 +95,24 @@ def _json_default(v: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(v).__name__}")
 
 
-def emit_result(result: dict) -> None:
-    """The job's one result line; engine.jobs.run_spark_job parses the last one."""
-    sys.stdout.write(RESULT_PREFIX + json.dumps(result, default=_json_default) + "\n")
-    sys.stdout.flush()
+def _report(path: str | None, report: dict) -> None:
+    """Write the job's report (engine.jobs.JobReport) in one step: a reader never sees half."""
+    if path:
+        tmp = f"{path}.part"
+        with open(tmp, "w") as f:
+            json.dump(report, f, default=_json_default)
+        os.replace(tmp, path)
 
 
 def run_job(main: Callable[[list[str] | None], dict], argv: list[str] | None = None) -> int:
-    """Run ``main`` and report: DBLOG_RESULT and 0, or DBLOG_ERROR and 1."""
+    """Run ``main`` and report (``--result-file``, taken off the arguments ``main`` sees):
+    the result and exit 0, or the error and exit 1. Both are also logged, for people."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    path = None
+    if RESULT_FILE_ARG in argv:
+        i = argv.index(RESULT_FILE_ARG)
+        path = argv[i + 1]
+        del argv[i:i + 2]
     try:
         result = main(argv)
     except SystemExit:
@@ -110,10 +120,13 @@ def run_job(main: Callable[[list[str] | None], dict], argv: list[str] | None = N
     except BaseException as e:  # noqa: BLE001 - everything is reported, then fails the job
         traceback.print_exc()
         msg = f"{type(e).__name__}: {e}".replace("\n", " | ")
+        _report(path, {"error": msg})
         sys.stdout.write(ERROR_PREFIX + msg + "\n")
         sys.stdout.flush()
         return 1
-    emit_result(result)
+    _report(path, {"result": result})
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result, default=_json_default) + "\n")
+    sys.stdout.flush()
     return 0
 
 

@@ -34,24 +34,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from airflow_provider_dblog.engine.dump import DumpRunner
-    from airflow_provider_dblog.engine.sources import open_source
-    from airflow_provider_dblog.engine.state import RedisState
-    from airflow_provider_dblog.engine.store import EventStore
+    from airflow_provider_dblog.engine.wiring import Wiring
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     cfg = load(args.config)
-    scfg = cfg.source(args.source)
-    state = RedisState(cfg.redis_url, cfg.state_prefix, scfg.name)
-    store = EventStore(cfg.storage_root, scfg.name)
-    source = open_source(scfg)
+    parts = Wiring(cfg, args.source)
+    scfg, state = parts.source_config, parts.state
+    source = parts.open_source()
     spark = None
     try:
         spark = spark_session(f"dblog-dump-{scfg.name}")
         reader = SparkChunkReader(spark, source)
-        summary = DumpRunner(source, state, store, reader, cfg.dump).run(args.request, args.max_chunks)
+        summary = parts.runner(reader, source).run(args.request, args.max_chunks)
         req = state.request(args.request) or {}
         out = dataclasses.asdict(summary)
         out.update({"source": scfg.name, "status": req.get("status", ""),

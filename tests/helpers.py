@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import psycopg2
 import pymysql
@@ -23,6 +27,35 @@ def pg_connect(database: str = "postgres"):
     conn = psycopg2.connect(host="127.0.0.1", port=POSTGRES_PORT, user="postgres", dbname=database)
     conn.autocommit = True
     return conn
+
+
+def wait_until(predicate, timeout: float, what: str, poll: float = 0.05):
+    """Poll ``predicate`` until it returns something truthy (returned), or fail saying ``what``
+    did not happen within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
+        time.sleep(poll)
+
+
+CRASHING = Path(__file__).resolve().parent / "crashing.py"
+
+
+def crash(what: str, config, marker: Path, *args: str, timeout: float = 120) -> str:
+    """Run ``tests/crashing.py`` (a tail or a dump that SIGKILLs itself at a chosen point),
+    wait for its death by SIGKILL, and return what it wrote to ``marker`` just before."""
+    proc = subprocess.Popen([sys.executable, str(CRASHING), what, "--config", str(config),
+                             "--marker", str(marker), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"the {what} did not reach its crash point within {timeout:.0f}s") from None
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, err.decode()[-3000:])
+    return marker.read_text()
 
 
 def unique(prefix: str) -> str:

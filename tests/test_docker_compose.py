@@ -18,7 +18,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest

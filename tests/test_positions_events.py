@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 from decimal import Decimal
 
 import pyarrow as pa

@@ -22,13 +22,13 @@ from ..engine.config import Config, SourceConfig, TargetConfig
 from ..engine.apply import apply_run
 from ..engine.jobs import run_spark_job
 from ..engine.sources import open_source
-from ..engine.state import RedisState
+from ..engine.wiring import Wiring
 from ..engine.verify import compare_source_target
 from .shop import SHOPS
 
 def reset(cfg: Config, shop, src: SourceConfig, tgt: TargetConfig) -> None:
     shop.reset()
-    RedisState(cfg.redis_url, cfg.state_prefix, src.name).reset()
+    Wiring(cfg, src.name).state.reset()
     for kind in ("events", "chunks"):   # this source's files only
         shutil.rmtree(os.path.join(cfg.storage_root, kind, src.name), ignore_errors=True)
     from ..engine.targets.postgres import PostgresTarget
@@ -46,7 +46,7 @@ class Writers:
         self.errors: list[str] = []
         self.lock = threading.Lock()
         self.next_id = {t: sizes[t] + 1 for t in ("shop.customers", "shop.orders")}
-        self.state = RedisState(cfg.redis_url, cfg.state_prefix, src.name)
+        self.state = Wiring(cfg, src.name).state
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(n)]
 
     def start(self) -> None:
@@ -143,7 +143,7 @@ def _wait_drained(cfg: Config, src_cfg: SourceConfig, timeout: float = 300) -> N
     src = open_source(src_cfg)
     head, _ = src.current_resume()
     src.close()
-    state = RedisState(cfg.redis_url, cfg.state_prefix, src_cfg.name)
+    state = Wiring(cfg, src_cfg.name).state
     deadline = time.monotonic() + timeout
     while True:
         cp = state.checkpoint()
@@ -166,8 +166,8 @@ class EngineFlow:
                "--source", self.src.name, "tail", "--seconds", "86400"]
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
 
-    def full_dump_and_apply(self, state: RedisState) -> str:
-        from ..engine.dump import DumpSpec, validate_spec
+    def full_dump_and_apply(self, state) -> str:
+        from ..engine.requests import DumpSpec, validate_spec
         with open_source(self.src) as source:
             spec = validate_spec(source, DumpSpec("all", []), self.cfg.dump)
         rid = state.create_request(spec.to_dict())
@@ -204,7 +204,7 @@ class AirflowFlow:
         if not ok:
             raise RuntimeError(f"DAG {dag_id} failed:\n{out[-4000:]}")
 
-    def full_dump_and_apply(self, state: RedisState) -> str:
+    def full_dump_and_apply(self, state) -> str:
         before = set(state.requests(1000))
         self._run(f"dblog_repair__{self.source}", {"scope": "all"})
         new = [r for r in state.requests(1000) if r not in before]
@@ -241,7 +241,7 @@ def run_demo_source(cfg: Config, src_cfg: SourceConfig, rows: int, writers: int,
         print("[demo] source set-up problems:\n  " + "\n  ".join(map(str, problems)))
         return 1
     flow = (AirflowFlow if via == "airflow" else EngineFlow)(cfg, src_cfg, tgt_cfg)
-    state = RedisState(cfg.redis_url, cfg.state_prefix, src_cfg.name)
+    state = Wiring(cfg, src_cfg.name).state
     tail = flow.start_tail()
     try:
         while state.checkpoint() is None:  # the tail starts at the log's end

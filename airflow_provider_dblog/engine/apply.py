@@ -352,9 +352,8 @@ def stage_and_merge(target, batch: Batch, flat: pa.Table | Iterable[pa.Table], s
 def apply_local(config: Config, target_name: str | None = None, tables: str | list[str] | None = None,
                 schemas: dict[str, TableSchema] | None = None, schema_file: str = "", **more) -> dict:
     """One apply run in this process (whatever its size): the same result as ``apply_job``."""
-    from .state import RedisState
-    from .store import EventStore
     from .targets import open_target
+    from .wiring import Wiring
 
     started = time.monotonic()
     tcfg = config.target(target_name)
@@ -362,8 +361,8 @@ def apply_local(config: Config, target_name: str | None = None, tables: str | li
     names = resolve_tables(scfg, tables)
     if schemas is None:
         schemas = load_schemas(scfg, names, schema_file)
-    state = RedisState(config.redis_url, config.state_prefix, scfg.name)
-    store = EventStore(config.storage_root, scfg.name)
+    parts = Wiring(config, scfg.name)
+    state, store = parts.state, parts.store
     target = open_target(tcfg)
     applier = LocalApplier(target, store, state, scfg.name)
     results: dict[str, dict] = {}
@@ -379,9 +378,8 @@ def apply_local(config: Config, target_name: str | None = None, tables: str | li
 def decide(config: Config, target_name: str | None, tables: str | list[str] | None) -> dict:
     """Which path an apply run of ``tables`` takes: ``{"via": "local"|"spark",
     "pending_events", "local_max_events", "choose_s"}`` (:func:`choose_path`)."""
-    from .state import RedisState
-    from .store import EventStore
     from .targets import open_target
+    from .wiring import Wiring
 
     tcfg = config.target(target_name)
     scfg = config.source(tcfg.source)
@@ -392,8 +390,8 @@ def decide(config: Config, target_name: str | None, tables: str | list[str] | No
     else:
         target = open_target(tcfg)
         try:
-            via, n = choose_path(config, target, EventStore(config.storage_root, scfg.name),
-                                 RedisState(config.redis_url, config.state_prefix, scfg.name), scfg.name, names)
+            parts = Wiring(config, scfg.name)
+            via, n = choose_path(config, target, parts.store, parts.state, scfg.name, names)
         finally:
             target.close()
     log.info("apply to %s: %s events pending (local_max_events %s): %s", tcfg.name,

@@ -1,10 +1,20 @@
-"""Dump orchestration: Algorithm 1 steps 2-4 per chunk, then reconcile on the HW.
+"""The chunk lifecycle: Algorithm 1 steps 2-4 per chunk, then reconcile on the HW.
 
-For each chunk: open a window (its floor holds the apply frontier back), write
-the LW, select the chunk, write the HW, wait until the tail has made the log
-durable through the HW, reconcile, write the snapshot, and only then move chunk
-progress and close the window together (invariant 5). The tail never waits for
-any of this (invariant 3).
+Every driver of a dump (``DumpRunner.run`` in the Spark dump job, the Airflow chunk,
+sensor and reconcile tasks) goes through these steps and nothing else writes a watermark
+or a request's state:
+
+1. ``next_chunk_of``: the request's flags and status, then its next chunk (None: done);
+2. ``open_chunk``: an exclusive window (its floor holds the apply frontier back), the LW;
+3. ``select_chunk``: the chunk's rows (step 3 of the paper);
+4. ``write_hw``: the HW;
+5. ``finish_chunk``: wait until the tail has made the log durable through the HW,
+   reconcile (steps 6-7), write the snapshot, and only then move chunk progress and close
+   the window together (invariant 5); the request is done when its last table is;
+6. ``fail_window``: a chunk that failed between its LW and its finish closes its window
+   as failed (no longer holding the frontier back) and marks the request failed.
+
+The tail never waits for any of this (invariant 3).
 """
 from __future__ import annotations
 
@@ -16,10 +26,11 @@ from typing import Callable, Protocol
 import pyarrow as pa
 
 from .config import DumpConfig
-from .errors import ConfigError, DumpCancelledError, DumpPausedError, InvalidKeyError
+from .errors import ConfigError, DumpCancelledError, DumpPausedError
 from .events import encode_scalar
 from .positions import ZERO
 from .reconcile import reconcile
+from .requests import DumpSpec, request_or_raise, validate_spec
 from .schema import TableSchema
 from .sources.base import Source
 from .state import RedisState, Window
@@ -28,80 +39,11 @@ from .sweep import orphan_sweep
 
 log = logging.getLogger(__name__)
 
-SCOPES = ("all", "table", "keys", "where")
-MAX_KEYS = 1_000_000
-
 
 class ChunkReader(Protocol):
     """Reads a planned key range of a table (Spark JDBC in production)."""
 
     def read(self, table: TableSchema, predicates: list[str], dest_uri: str) -> pa.Table: ...
-
-
-@dataclass
-class DumpSpec:
-    """What a user asked to dump. Validated before anything touches the source."""
-    scope: str  # all | table | keys | where
-    tables: list[str]
-    keys: list[list] = field(default_factory=list)
-    chunk_size: int | None = None
-    parallelism: int | None = None
-    where: str | None = None  # scope "where": resolved to a key list when submitted
-
-    def to_dict(self) -> dict:
-        return {"scope": self.scope, "tables": self.tables, "keys": self.keys,
-                "chunk_size": self.chunk_size, "parallelism": self.parallelism, "where": self.where}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "DumpSpec":
-        return cls(d["scope"], list(d["tables"]), list(d.get("keys") or []),
-                   d.get("chunk_size"), d.get("parallelism"), d.get("where"))
-
-    @property
-    def by_keys(self) -> bool:
-        """Key-list and WHERE dumps read rows by key with bound parameters."""
-        return self.scope in ("keys", "where")
-
-
-def validate_spec(source: Source, spec: DumpSpec, defaults: DumpConfig) -> DumpSpec:
-    """Every field checked against the config and the table's key; errors say what is wrong."""
-    if spec.scope not in SCOPES:
-        raise ConfigError(f"scope must be one of {SCOPES}, not {spec.scope!r}")
-    if spec.scope == "all":
-        tables = list(source.tables)
-    else:
-        if len(spec.tables) != 1:
-            raise ConfigError(f"scope {spec.scope!r} takes exactly one table, got {spec.tables!r}")
-        tables = [source.config.table(spec.tables[0])]
-    for name, value, lo, hi in (("chunk_size", spec.chunk_size, 1, 10_000_000),
-                                ("parallelism", spec.parallelism, 1, 64)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi):
-            raise ConfigError(f"{name} must be an integer from {lo} to {hi}, not {value!r}")
-    keys: list[list] = []
-    if spec.scope == "keys":
-        if not spec.keys:
-            raise InvalidKeyError("scope 'keys' needs at least one primary key")
-        if len(spec.keys) > MAX_KEYS:
-            raise InvalidKeyError(f"at most {MAX_KEYS:,} keys per request; split the list")
-        schema = source.table_schema(tables[0])
-        parsed = source.canonical_keys(schema, [schema.parse_key(k) for k in spec.keys])
-        parsed = dict.fromkeys(parsed)  # drop repeats, keep order
-        keys = [[encode_scalar(v) for v in k] for k in parsed]
-    elif spec.scope == "where":
-        # the condition picks the keys now (a bound, read-only select); their rows are
-        # then dumped like a key list, so rows deleted meanwhile are deleted in targets
-        schema = source.table_schema(tables[0])
-        found = source.keys_where(schema, spec.where or "", MAX_KEYS)
-        if len(found) > MAX_KEYS:
-            raise ConfigError(f"the condition matches more than {MAX_KEYS:,} rows; dump the table instead")
-        if not found:
-            raise ConfigError(f"no row of {schema.qualified} matches {spec.where!r}: nothing to dump")
-        keys = [[encode_scalar(v) for v in k] for k in found]
-    else:
-        for t in tables:
-            source.table_schema(t)  # raises for a missing table or one without a key
-    return DumpSpec(spec.scope, tables, keys, spec.chunk_size or defaults.chunk_size,
-                    spec.parallelism or defaults.parallelism, spec.where if spec.scope == "where" else None)
 
 
 @dataclass
@@ -133,8 +75,21 @@ class ChunkTask:
         return cls(**d)
 
 
+def fail_window(state: RedisState, window: Window, error: BaseException | str, step: str) -> bool:
+    """A chunk failed between its LW and its finish (``step``: select, wait_hw, ...): close its
+    window as failed, so it no longer holds the apply frontier back, and mark the request
+    failed. A window closed meanwhile (abandoned by a newer run, cancelled) is left as it
+    is. True if this closed it."""
+    message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    if not state.window_is_open(window.id):
+        return False
+    state.close_window(window, "failed", {"error": message[:2000], "step": step})
+    state.set_request_status(window.request, "failed", message[:2000])
+    return True
+
+
 class DumpRunner:
-    """Runs a request chunk after chunk; each chunk is start -> select -> end -> finish."""
+    """A request's chunks, each through the lifecycle above; ``run`` drives them in one process."""
 
     def __init__(self, source: Source, state: RedisState, store: EventStore,
                  reader: ChunkReader | None, config: DumpConfig,
@@ -142,61 +97,102 @@ class DumpRunner:
         self.source, self.state, self.store, self.reader = source, state, store, reader
         self.config = config
         self.on_chunk = on_chunk or (lambda table, progress: None)
+        self._watermark_table_ready = False
 
     def submit(self, spec: DumpSpec) -> str:
         spec = validate_spec(self.source, spec, self.config)
         return self.state.create_request(spec.to_dict())
 
     def spec(self, rid: str) -> DumpSpec:
-        req = self.state.request(rid)
-        if req is None:
-            raise ConfigError(f"unknown dump request {rid!r}")
-        return DumpSpec.from_dict(req["spec"])
+        return DumpSpec.from_dict(request_or_raise(self.state, rid)["spec"])
 
     def run(self, rid: str, max_chunks: int | None = None) -> DumpSummary:
-        """Run (or resume) a request from its last completed chunk."""
+        """Run (or resume) a request from its last completed chunk. This process owns the
+        request while it runs: windows an earlier run of it left open are abandoned."""
         spec = self.spec(rid)
         status = self.state.request(rid)["status"]
         if status in ("done", "cancelled"):
             log.info("request %s is already %s", rid, status)
             return self._summary(rid, spec, 0.0)
-        self.prepare(rid)
         started = time.monotonic()
         done = 0
+        for w in self.state.open_windows():  # left by an earlier run of the request (crashed)
+            if w.request == rid:
+                self.state.close_window(w, "abandoned")
         try:
             while max_chunks is None or done < max_chunks:
-                self.check_flags(rid)
-                task = self.next_chunk(rid)
+                task = self.next_chunk_of(rid)
                 if task is None:
-                    self.state.set_request_status(rid, "done")
-                    return self._summary(rid, spec, time.monotonic() - started)
-                window = self.start_chunk(task)
-                rows = self.select_chunk(task, window)
-                self.end_select(window)
+                    break
+                window, _ = self.open_chunk(task, abandon_after_s=0.0)
+                try:
+                    rows = self.select_chunk(task, window)
+                    self.write_hw(window)
+                except BaseException as e:
+                    fail_window(self.state, window, e, "select")
+                    raise
                 self.finish_chunk(task, window, rows)
                 done += 1
-            if self.next_chunk(rid) is None:
-                self.state.set_request_status(rid, "done")
-            else:
-                self.state.set_request_status(rid, "paused")
-        except DumpPausedError:
-            self.state.set_request_status(rid, "paused")
-        except DumpCancelledError:
-            self.state.set_request_status(rid, "cancelled")
-            raise
+            else:  # --max-chunks reached
+                self.state.set_request_status(rid, "paused" if self.next_chunk(rid) is not None else "done")
+        except (DumpPausedError, DumpCancelledError) as e:  # status set by next_chunk_of
+            log.info("%s", e)
+            if isinstance(e, DumpCancelledError):
+                raise
         except Exception as e:
             self.state.set_request_status(rid, "failed", f"{type(e).__name__}: {e}")
             raise
         return self._summary(rid, spec, time.monotonic() - started)
 
-    def prepare(self, rid: str) -> None:
-        """Before a run: the watermark table exists, and windows a crashed run of this
-        request left open are closed as abandoned (their chunks are redone)."""
-        self.source.ensure_watermark_table()
-        for w in self.state.open_windows():
-            if w.request == rid:
-                self.state.close_window(w, "abandoned")
-        self.state.set_request_status(rid, "running")
+    # -- 1. the next chunk ---------------------------------------------------------
+    def next_chunk_of(self, rid: str) -> ChunkTask | None:
+        """The request's flags, then its next chunk. Done: None. Cancel: its open windows are
+        closed as cancelled, status cancelled, DumpCancelledError. Pause: status paused,
+        DumpPausedError. No chunk left: status done, None."""
+        req = request_or_raise(self.state, rid)
+        if req["status"] == "done":
+            return None
+        if req["status"] == "cancelled" or self.state.flag(rid, "cancel"):
+            for w in self.state.open_windows():
+                if w.request == rid:
+                    self.state.close_window(w, "cancelled")
+            self.state.set_request_status(rid, "cancelled")
+            raise DumpCancelledError(f"dump request {rid} was cancelled")
+        if self.state.flag(rid, "pause"):
+            self.state.set_request_status(rid, "paused")
+            raise DumpPausedError(f"dump request {rid} is paused: resume it to go on")
+        task = self.next_chunk(rid)
+        if task is None:
+            self.state.set_request_status(rid, "done")
+            log.info("dump request %s is done: every chunk of %s completed", rid,
+                     ", ".join(DumpSpec.from_dict(req["spec"]).tables))
+        return task
+
+    # -- 2. the window and the LW -------------------------------------------------------
+    def open_chunk(self, task: ChunkTask, abandon_after_s: float) -> tuple[Window, list[Window]]:
+        """Open the chunk's window, then write its LW (step 2). One chunk of a request at a
+        time: a window of the request younger than ``abandon_after_s`` is a chunk in flight
+        (ChunkInFlightError, nothing written); older ones were left by a crashed run and are
+        closed as abandoned (returned). The window's floor is the tail's checkpoint."""
+        if not self._watermark_table_ready:
+            self.source.ensure_watermark_table()
+            self._watermark_table_ready = True
+        self.state.set_request_status(task.request, "running")
+        cp = self.state.checkpoint()
+        if cp is None:
+            log.warning("source %s has no tail checkpoint yet: the window waits until a log tail runs",
+                        self.state.source)
+        window, abandoned = self.state.open_exclusive_window(task.request, task.table, cp.pos if cp else ZERO,
+                                                             abandon_after_s)
+        for w in abandoned:
+            log.warning("closed window %s of %s (opened %.0fs ago) as abandoned: its chunk is redone",
+                        w.id, w.table, time.time() - w.opened_at)
+        try:
+            self.source.write_watermark(window.lw)                                  # step 2
+        except BaseException as e:
+            fail_window(self.state, window, e, "lw")
+            raise
+        return window, abandoned
 
     # -- planning ------------------------------------------------------------
     def next_chunk(self, rid: str) -> ChunkTask | None:
@@ -259,13 +255,7 @@ class DumpRunner:
         return None
 
     # -- one chunk: Algorithm 1 steps 2-4, then 6-7 ----------------------------
-    def start_chunk(self, task: ChunkTask) -> Window:
-        """Open the window (its floor holds the apply frontier back), then write the LW."""
-        cp = self.state.checkpoint()
-        window = self.state.open_window(task.request, task.table, cp.pos if cp else ZERO)
-        self.source.write_watermark(window.lw)                                     # step 2
-        return window
-
+    # -- 3. the select, 4. the HW ---------------------------------------------------------
     def select_chunk(self, task: ChunkTask, window: Window) -> pa.Table:
         """Step 3: the chunk's rows, also kept as Parquet for a finish in another process."""
         schema = self.source.table_schema(task.table)
@@ -278,7 +268,7 @@ class DumpRunner:
         return self.reader.read(schema, task.predicates,
                                 self.store.chunk_uri(task.request, task.table, window.id))
 
-    def end_select(self, window: Window) -> None:
+    def write_hw(self, window: Window) -> None:
         self.source.write_watermark(window.hw)                                     # step 4
 
     def finish_chunk(self, task: ChunkTask, window: Window, rows: pa.Table | None = None,
@@ -291,7 +281,7 @@ class DumpRunner:
             lw, hw = self.state.wait_window(window, timeout_s or self.config.window_timeout_s)
             hw_wait = time.monotonic() - t0
         except Exception as e:
-            self.state.close_window(window, "failed", {"error": f"{type(e).__name__}: {e}"})
+            fail_window(self.state, window, e, "wait_hw")
             raise
         if rows is None:
             # as selected: a Spark chunk's text columns are parsed here (conform_chunk)
@@ -326,13 +316,15 @@ class DumpRunner:
                  task.table, progress["chunks"], result.selected, result.kept, result.dropped,
                  in_window.num_rows)
         self.on_chunk(task.table, dict(progress))
-        return detail
+        request_done = task.last and self.request_done(task.request)
+        if request_done:
+            self.state.set_request_status(task.request, "done")
+        return detail | {"table_done": task.last, "request_done": request_done}
 
-    def check_flags(self, rid: str) -> None:
-        if self.state.flag(rid, "cancel"):
-            raise DumpCancelledError(f"dump {rid} cancelled")
-        if self.state.flag(rid, "pause"):
-            raise DumpPausedError(f"dump {rid} paused")
+    def request_done(self, rid: str) -> bool:
+        """Every table of the request has its last chunk completed (a table not started yet
+        is not done: the next chunk task finds it, or finds it empty and marks it done)."""
+        return all(self.state.progress(rid, t).get("done") for t in self.spec(rid).tables)
 
     def _summary(self, rid: str, spec: DumpSpec, seconds: float) -> DumpSummary:
         return DumpSummary(rid, {t: self.state.progress(rid, t) for t in spec.tables}, seconds)

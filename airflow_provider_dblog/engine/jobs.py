@@ -1,9 +1,10 @@
 """Building and running the spark-submit commands of the Spark jobs (``spark_jobs/``).
 
 Shared by the ``dblog`` command and the Airflow operators, so a job runs with the
-same jars, settings and environment wherever it is started. Each job prints one
-final line ``DBLOG_RESULT <json>`` on stdout; ``run_spark_job`` returns that dict.
-No Airflow and no pyspark import here: only a subprocess.
+same jars, settings and environment wherever it is started. A job reports its
+result, or its error, in one JSON file its launcher names (``JobReport``: the one
+owner of that protocol); ``run_spark_job`` returns the result. No Airflow and no
+pyspark import here: only a subprocess.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,8 +26,10 @@ from .errors import DBLogError
 
 log = logging.getLogger(__name__)
 
+# the job's result and error lines in its log (for people; launchers read the JobReport)
 RESULT_PREFIX = "DBLOG_RESULT "
 ERROR_PREFIX = "DBLOG_ERROR "
+RESULT_FILE_ARG = "--result-file"
 SHUFFLE_PARTITIONS = 4
 _JAVA_TZ = "-Duser.timezone=UTC"
 # log4j lines below WARN, in both Spark layouts ("25/11/22 00:30:00 INFO X: ..." and JSON)
@@ -135,11 +139,58 @@ def job_env(env: dict | None = None) -> dict[str, str]:
     return out
 
 
-def parse_result(stdout_lines: list[str]) -> dict | None:
-    for line in reversed(stdout_lines):
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])
-    return None
+class JobReport:
+    """Where a Spark job reports: a JSON file the launcher creates and names on the job's
+    command line (``--result-file PATH``); the job writes it once, at its end
+    (``spark_jobs/common.run_job``): ``{"result": {...}}`` or ``{"error": "Type: message"}``.
+    The driver runs on the launcher's host (client mode only), so the file is local to both.
+    ``outcome`` turns it, with the process's exit code, into the result or a SparkJobError."""
+
+    def __init__(self, job: str):
+        self.job = job
+        fd, self.path = tempfile.mkstemp(prefix=f"dblog-{job}-", suffix=".json")
+        os.close(fd)
+
+    def args(self) -> list[str]:
+        return [RESULT_FILE_ARG, self.path]
+
+    def read(self) -> dict:
+        try:
+            with open(self.path) as f:
+                text = f.read()
+            return json.loads(text) if text.strip() else {}
+        except (OSError, ValueError) as e:
+            raise SparkJobError(f"Spark job {self.job} wrote an unreadable report {self.path}: {e}") from None
+
+    def outcome(self, returncode: int | None = None, seconds: float | None = None, tail: str = "",
+                failed: bool = False) -> dict:
+        """The job's result; SparkJobError with its own message when it failed (a non-zero
+        ``returncode``, or ``failed`` when the launcher knows no code), or when it exited
+        without reporting (killed, or not a dblog job)."""
+        report = self.read()
+        detail = ""
+        if returncode is not None:
+            detail = f" (exit {returncode}{f', {seconds:.1f}s' if seconds is not None else ''})"
+        more = f"\n--- last lines of output ---\n{tail}" if tail else ""
+        if "error" in report:
+            raise SparkJobError(f"Spark job {self.job} failed{detail}: {report['error']}{more}", returncode, tail)
+        if returncode or failed:
+            raise SparkJobError(f"Spark job {self.job} failed{detail} without reporting why{more}", returncode, tail)
+        if "result" not in report:
+            raise SparkJobError(f"Spark job {self.job} exited 0 without reporting a result{more}", returncode, tail)
+        return report["result"]
+
+    def close(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def __enter__(self) -> "JobReport":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def run_spark_job(config: Config, name: str, app_args: list[str], env: dict | None = None,
@@ -148,62 +199,47 @@ def run_spark_job(config: Config, name: str, app_args: list[str], env: dict | No
 
     Output is streamed to this module's logger at INFO (log4j's INFO lines at
     DEBUG) or to ``echo(line)`` if given. Raises SparkJobError with the job's own
-    error message (its ``DBLOG_ERROR`` line) and the last 40 lines of its output.
+    error message (its ``JobReport``) and the last 40 lines of its output.
     """
-    cmd = spark_submit_args(config, application_path(name), app_args)
-    log.info("running %s", " ".join(cmd))
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=job_env(env), bufsize=1, errors="replace",
-                            preexec_fn=spark_preexec(config))
-    out_lines: list[str] = []
-    # spark-submit passes the Python driver's stderr (tracebacks, logging) on to its own
-    # stdout, so the tail shown on failure is of both streams, without log4j's INFO lines
-    err_tail: collections.deque[str] = collections.deque(maxlen=40)
-    lock = threading.Lock()
+    with JobReport(name) as report:
+        cmd = spark_submit_args(config, application_path(name), [*app_args, *report.args()])
+        log.info("running %s", " ".join(cmd))
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=job_env(env), bufsize=1, errors="replace",
+                                preexec_fn=spark_preexec(config))
+        # spark-submit passes the Python driver's stderr (tracebacks, logging) on to its own
+        # stdout, so the tail shown on failure is of both streams, without log4j's INFO lines
+        tail: collections.deque[str] = collections.deque(maxlen=40)
+        lock = threading.Lock()
 
-    def pump(stream, is_err):
-        for raw in stream:
-            line = raw.rstrip("\n")
-            if _NOISE.match(line):
-                log.debug("%s", line)
-                continue
-            with lock:
-                if not is_err:
-                    out_lines.append(line)
-                if not line.startswith(RESULT_PREFIX):
-                    err_tail.append(line)
-            if echo is not None:
-                echo(line)
-            else:
-                log.info("[%s] %s", name, line)
+        def pump(stream):
+            for raw in stream:
+                line = raw.rstrip("\n")
+                if _NOISE.match(line):
+                    log.debug("%s", line)
+                    continue
+                with lock:
+                    if not line.startswith(RESULT_PREFIX):
+                        tail.append(line)
+                if echo is not None:
+                    echo(line)
+                else:
+                    log.info("[%s] %s", name, line)
 
-    threads = [threading.Thread(target=pump, args=(proc.stdout, False), daemon=True),
-               threading.Thread(target=pump, args=(proc.stderr, True), daemon=True)]
-    for t in threads:
-        t.start()
-    try:
-        rc = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise SparkJobError(f"Spark job {name} did not finish within {timeout_s:.0f}s; killed",
-                            None, "\n".join(err_tail)) from None
-    for t in threads:
-        t.join(10)
-    seconds = time.monotonic() - started
-    tail = "\n".join(err_tail)
-    own_error = next((ln[len(ERROR_PREFIX):] for ln in reversed(out_lines) if ln.startswith(ERROR_PREFIX)), "")
-    if rc != 0:
-        what = f": {own_error}" if own_error else ""
-        raise SparkJobError(f"Spark job {name} failed (exit {rc}, {seconds:.1f}s){what}\n"
-                            f"--- last lines of output ---\n{tail}", rc, tail)
-    try:
-        result = parse_result(out_lines)
-    except ValueError as e:
-        raise SparkJobError(f"Spark job {name} printed an unreadable result: {e}", rc, tail) from None
-    if result is None:
-        raise SparkJobError(f"Spark job {name} exited 0 without a {RESULT_PREFIX.strip()} line\n"
-                            f"--- last lines of output ---\n{tail}", rc, tail)
+        threads = [threading.Thread(target=pump, args=(s,), daemon=True) for s in (proc.stdout, proc.stderr)]
+        for t in threads:
+            t.start()
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise SparkJobError(f"Spark job {name} did not finish within {timeout_s:.0f}s; killed",
+                                None, "\n".join(tail)) from None
+        for t in threads:
+            t.join(10)
+        seconds = time.monotonic() - started
+        result = report.outcome(rc, seconds, "\n".join(tail) if rc else "")
     result.setdefault("submit_seconds", round(seconds, 3))
     return result

@@ -63,7 +63,7 @@ def target_progress(cfg: Config, target: str | None, tables: Sequence[str] | Non
     """The target's apply checkpoints for ``tables`` (default: every table of its source),
     and with ``with_lag`` the upper bound on its lag (module documentation)."""
     from .sources import open_source
-    from .state import RedisState
+    from .wiring import Wiring
     from .targets import open_target
 
     tcfg = cfg.target(target)
@@ -88,7 +88,7 @@ def target_progress(cfg: Config, target: str | None, tables: Sequence[str] | Non
                 return TargetProgress(tcfg.name, applied, 0.0)
         except Exception as e:  # noqa: BLE001 - the source being down only loses this shortcut
             log.warning("could not read the source's log head (%s); using the checkpoint samples", e)
-        state = RedisState(cfg.redis_url, cfg.state_prefix, scfg.name)
+        state = Wiring(cfg, scfg.name).state
         try:
             at = state.captured_at(low)
         finally:

@@ -128,6 +128,69 @@ def check_window_positions(window: Window, lw: Position | None, hw: Position | N
     return lw, hw
 
 
+@dataclass(frozen=True)
+class WindowLook:
+    """One look at a window's state in Redis (``RedisState.look_window`` or
+    ``AsyncWindowReader.look``): its watermarks as the tail recorded them, whether it is still
+    open, and the tail's checkpoint."""
+    window: Window
+    lw: Position | None
+    hw: Position | None
+    conflicts: tuple[str, ...]
+    is_open: bool
+    checkpoint: str | None
+
+    def positions(self) -> tuple[Position, Position] | None:
+        """``(lw, hw)`` once the log is durable through the HW; raises WatermarkError
+        (``check_window_positions``)."""
+        return check_window_positions(self.window, self.lw, self.hw, list(self.conflicts))
+
+    def timeout_message(self, timeout_s: float, redis_error: str = "") -> str:
+        return (f"window {self.window.id} of {self.window.table} did not close within {timeout_s:.0f}s "
+                f"(LW seen: {self.lw is not None}, HW seen: {self.hw is not None}, tail checkpoint: "
+                f"{self.checkpoint or 'none'}{', Redis error: ' + redis_error if redis_error else ''}). "
+                "Is the log tail running?")
+
+    def closed_message(self) -> str:
+        return (f"window {self.window.id} of {self.window.table} was closed before its HW was seen "
+                "(abandoned by a newer run of the request, cancelled, or failed)")
+
+
+def _window_look_commands(pipe, k, window: Window) -> None:
+    pipe.hmget(k("watermarks"), [window.lw, window.hw])
+    pipe.hmget(k("watermark_conflicts"), [window.lw, window.hw])
+    pipe.hexists(k("windows"), window.id)
+    pipe.hget(k("checkpoint"), "pos")
+
+
+def _window_look(window: Window, replies: list) -> WindowLook:
+    (lw, hw), conflicts, is_open, checkpoint = replies
+    return WindowLook(window, Position.decode(lw) if lw else None, Position.decode(hw) if hw else None,
+                      tuple(c for c in conflicts if c), bool(is_open), checkpoint)
+
+
+class AsyncWindowReader:
+    """Looks at windows with ``redis.asyncio`` (the Airflow trigger's event loop is never
+    blocked): the same keys and checks as ``RedisState.look_window``, read-only."""
+
+    def __init__(self, url: str, prefix: str, source: str):
+        import redis.asyncio as aioredis
+
+        self.prefix, self.source = prefix, source
+        self.client = aioredis.Redis.from_url(url, decode_responses=True)
+
+    def k(self, *parts: str) -> str:
+        return state_key(self.prefix, self.source, *parts)
+
+    async def look(self, window: Window) -> WindowLook:
+        async with self.client.pipeline(transaction=False) as pipe:
+            _window_look_commands(pipe, self.k, window)
+            return _window_look(window, await pipe.execute())
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
 class RedisState:
     def __init__(self, url: str, prefix: str, source: str, client: redis.Redis | None = None):
         self.r = client or redis.Redis.from_url(url, decode_responses=True)
@@ -241,27 +304,29 @@ class RedisState:
     def window_is_open(self, window_id: str) -> bool:
         return bool(self.r.hexists(self.k("windows"), window_id))
 
+    def look_window(self, window: Window) -> WindowLook:
+        """One look at the window (one round trip): its watermarks, open or not, the checkpoint."""
+        with self.r.pipeline(transaction=False) as pipe:
+            _window_look_commands(pipe, self.k, window)
+            return _window_look(window, pipe.execute())
+
     def poll_window(self, window: Window) -> tuple[Position, Position] | None:
-        """One look at the window: ``(lw, hw)`` once durable through the HW, else None.
-        Raises WatermarkError as ``check_window_positions`` does."""
-        lw, hw = self.watermark_pos(window.lw), self.watermark_pos(window.hw)
-        conflicts = self.r.hmget(self.k("watermark_conflicts"), [window.lw, window.hw])
-        return check_window_positions(window, lw, hw, conflicts)
+        """``(lw, hw)`` once durable through the HW, else None. Raises WatermarkError as
+        ``check_window_positions`` does."""
+        return self.look_window(window).positions()
 
     def wait_window(self, window: Window, timeout_s: float, poll_s: float = 0.05) -> tuple[Position, Position]:
         """Block until the tail made the log durable through the window's HW."""
         deadline = time.monotonic() + timeout_s
         while True:
-            seen = self.poll_window(window)
+            look = self.look_window(window)
+            seen = look.positions()
             if seen is not None:
                 return seen
+            if not look.is_open:
+                raise WatermarkError(look.closed_message())
             if time.monotonic() > deadline:
-                lw, hw = self.watermark_pos(window.lw), self.watermark_pos(window.hw)
-                cp = self.checkpoint()
-                raise WindowTimeoutError(
-                    f"window {window.id} of {window.table} did not close within {timeout_s:.0f}s "
-                    f"(LW seen: {lw is not None}, HW seen: {hw is not None}, tail checkpoint: "
-                    f"{cp.pos if cp else 'none'}). Is the log tail running?")
+                raise WindowTimeoutError(look.timeout_message(timeout_s))
             time.sleep(poll_s)
 
     def open_exclusive_window(self, request: str, table: str, floor: Position,

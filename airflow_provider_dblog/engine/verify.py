@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Iterator
 
 from .config import SourceConfig, TargetConfig
 from .events import encode_key

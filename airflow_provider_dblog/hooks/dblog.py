@@ -76,22 +76,22 @@ class DBLogHook(BaseHook):
         return {**job_env(), **self.connection_env}
 
     # -- engine parts ----------------------------------------------------------
+    def wiring(self, source: str | None = None):
+        """The engine's parts of a source (``engine.wiring``)."""
+        from ..engine.wiring import Wiring
+        return Wiring(self.config, source)
+
     def source(self, name: str | None = None):
-        from ..engine.sources import open_source
-        return open_source(self.config.source(name))
+        return self.wiring(name).open_source()
 
     def state(self, source: str | None = None):
-        from ..engine.state import RedisState
-        cfg = self.config
-        return RedisState(cfg.redis_url, cfg.state_prefix, cfg.source(source).name)
+        return self.wiring(source).state
 
     def store(self, source: str | None = None):
-        from ..engine.store import EventStore
-        return EventStore(self.config.storage_root, self.config.source(source).name)
+        return self.wiring(source).store
 
     def runner(self, source: str | None = None, reader=None):
-        from ..engine.dump import DumpRunner
-        return DumpRunner(self.source(source), self.state(source), self.store(source), reader, self.config.dump)
+        return self.wiring(source).runner(reader)
 
     def target(self, name: str | None = None):
         from ..engine.targets import open_target

@@ -19,20 +19,23 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowSkipException
 
-from ..engine.dump import ChunkTask, DumpRunner
-from ..engine.jobs import ERROR_PREFIX, RESULT_PREFIX, SparkJobError, parse_result
-from ..engine.positions import ZERO
+from ..engine.dump import ChunkTask, DumpRunner, fail_window
+from ..engine.errors import DumpCancelledError, DumpPausedError
+from ..engine.jobs import JobReport
+from ..engine.requests import UnknownRequestError
 from ..engine.state import Window
 from ..exceptions import DBLogInvalidRequest
 from ..hooks.dblog import DBLogHook
-from .spark import DBLogSparkSubmitOperator
+from .spark import check_spark_connection, job_settings, submit_and_report
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -135,68 +138,41 @@ class DBLogChunkDumpOperator(BaseOperator):
             runner.source.close()
 
     def _chunk(self, hook: DBLogHook, runner: DumpRunner, rid: str, source_name: str, context: Context) -> dict:
-        state = runner.state
-        req = state.request(rid)
-        if req is None:
-            raise DBLogInvalidRequest(f"unknown dump request {rid!r} for source {source_name!r}")
-        if req["status"] in ("done", "cancelled"):
-            raise AirflowSkipException(f"dump request {rid} is {req['status']}: no chunk to dump")
-        if state.flag(rid, "cancel"):
-            for w in state.open_windows():
-                if w.request == rid:
-                    state.close_window(w, "cancelled")
-            state.set_request_status(rid, "cancelled")
-            raise AirflowSkipException(f"dump request {rid} was cancelled")
-        if state.flag(rid, "pause"):
-            state.set_request_status(rid, "paused")
-            raise AirflowSkipException(f"dump request {rid} is paused: resume it to go on")
-
-        task = runner.next_chunk(rid)
+        try:
+            task = runner.next_chunk_of(rid)                                    # flags, status, plan
+        except UnknownRequestError as e:
+            raise DBLogInvalidRequest(str(e)) from None
+        except (DumpCancelledError, DumpPausedError) as e:
+            raise AirflowSkipException(str(e)) from None
         if task is None:
-            state.set_request_status(rid, "done")
-            self.log.info("dump request %s is done: every chunk of %s completed", rid,
-                          ", ".join(runner.spec(rid).tables))
             raise AirflowSkipException(f"dump request {rid} is done")
-        job = None
         if task.keys is None:
-            job = self._spark_job(hook)
-            master = job.check_spark_connection()  # before the window opens
+            master = check_spark_connection(self.spark_conn_id)  # before the window opens
             self.log.info("chunk select on Spark master %s (connection %s)", master, self.spark_conn_id)
-
-        runner.source.ensure_watermark_table()
-        state.set_request_status(rid, "running")
         abandon_after = self.abandon_after
         if abandon_after is None:
             abandon_after = max(900.0, 3 * runner.config.window_timeout_s)
-        cp = state.checkpoint()
-        if cp is None:
-            self.log.warning("source %s has no tail checkpoint yet: the HW sensor waits until a "
-                             "log tail runs", source_name)
-        window, abandoned = state.open_exclusive_window(rid, task.table, cp.pos if cp else ZERO, abandon_after)
-        for w in abandoned:
-            self.log.warning("closed window %s of %s (opened %.0fs ago) as abandoned: its chunk is redone",
-                             w.id, w.table, time.time() - w.opened_at)
+        window, _ = runner.open_chunk(task, abandon_after)                      # window, step 2: LW
         what = (f"{len(task.keys)} keys" if task.keys is not None
                 else f"keys up to {task.end}, {len(task.predicates)} partitions")
-        self.log.info("request %s, %s: window %s opened (floor %s); chunk of %s%s", rid, task.table,
-                      window.id, window.floor, what, " (the table's last)" if task.last else "")
-        self._open = (state, window)
+        self.log.info("request %s, %s: window %s opened (floor %s), LW %s written; chunk of %s%s", rid,
+                      task.table, window.id, window.floor, window.lw, what, " (the table's last)" if task.last else "")
+        self._open = (runner.state, window)
         t0 = time.monotonic()
         try:
-            runner.source.write_watermark(window.lw)                            # step 2: LW
-            self.log.info("LW %s written", window.lw)
             spark = None
             if task.keys is not None:                                           # step 3
                 selected = runner.select_chunk(task, window).num_rows
             else:
-                result = self._select_on_spark(job, hook, source_name, task, window, context)
+                result = self._select_on_spark(hook, source_name, task, window)
                 selected = int(result["rows"])
                 spark = {"master": result.get("spark_master"), "app_id": result.get("app_id")}
-            runner.source.write_watermark(window.hw)                            # step 4: HW
+            runner.write_hw(window)                                             # step 4: HW
             self.log.info("HW %s written", window.hw)
         except BaseException as e:
             # an open window holds the apply frontier back: close it, then fail
-            self._fail_window(state, window, rid, e)
+            if fail_window(runner.state, window, e, "select"):
+                self.log.error("chunk select failed; window %s closed as failed", window.id)
             raise
         finally:
             self._open = None
@@ -206,40 +182,19 @@ class DBLogChunkDumpOperator(BaseOperator):
         return {"chunk": task.to_dict(), "window": json.loads(window.to_json()),
                 "selected": selected, "select_s": select_s, "spark": spark}
 
-    def _fail_window(self, state, window: Window, rid: str, error: BaseException) -> None:
-        message = f"{type(error).__name__}: {error}"
-        try:
-            if state.window_is_open(window.id):  # else on_kill closed it already
-                state.close_window(window, "failed", {"error": message[:2000], "step": "select"})
-                self.log.error("chunk select failed; window %s closed as failed", window.id)
-            state.set_request_status(rid, "failed", message[:2000])
-        except Exception:  # the original error matters more
-            self.log.exception("could not close window %s after a failed select", window.id)
-
-    def _spark_job(self, hook: DBLogHook) -> DBLogSparkSubmitOperator:
-        """The chunk select's spark-submit, set up as every dblog Spark job is (jars, conf and
-        environment from the config; ``operators/spark.py``). Only its parts are used, not its
-        ``execute``: the select runs between this task's LW and HW."""
-        return DBLogSparkSubmitOperator(
-            task_id=f"{self.task_id}__select", job=SPARK_JOB, config_path=hook.resolve_config_path(),
-            dblog_conn_id=self.dblog_conn_id, conn_id=self.spark_conn_id)
-
-    def _select_on_spark(self, job: DBLogSparkSubmitOperator, hook: DBLogHook, source_name: str,
-                         task: ChunkTask, window: Window, context: Context) -> dict:
-        job.job_args = ["--source", source_name, "--chunk", json.dumps(task.to_dict()), "--window-id", window.id]
-        job.prepare(hook, context)
-        self._spark_hook = job._get_hook()  # keeps the job's DBLOG_RESULT / DBLOG_ERROR lines
-        try:
-            self._spark_hook.submit(job.application)
-        except AirflowException as e:
-            own = next((ln[len(ERROR_PREFIX):] for ln in reversed(job._result_lines)
-                        if ln.startswith(ERROR_PREFIX)), "")
-            if own:
-                raise SparkJobError(f"Spark job {SPARK_JOB} failed: {own}") from e
-            raise
-        result = parse_result(job._result_lines)
-        if result is None:
-            raise SparkJobError(f"Spark job {SPARK_JOB} exited 0 without a {RESULT_PREFIX.strip()} line")
+    def _select_on_spark(self, hook: DBLogHook, source_name: str, task: ChunkTask, window: Window) -> dict:
+        """The chunk select as a Spark job (``chunk_select_job``), submitted as every dblog
+        job is (``operators/spark.py``): between this task's LW and HW."""
+        job = job_settings(hook, SPARK_JOB)
+        with JobReport(SPARK_JOB) as report:
+            self._spark_hook = SparkSubmitHook(
+                conn_id=self.spark_conn_id, name=f"dblog-{SPARK_JOB}", conf=job.conf,
+                jars=",".join(job.jars) or None, env_vars=job.env_vars, driver_memory=job.driver_memory,
+                executor_memory=job.executor_memory, executor_cores=job.executor_cores,
+                application_args=["--config", os.path.abspath(hook.resolve_config_path()), "--source", source_name,
+                                  "--chunk", json.dumps(task.to_dict()), "--window-id", window.id,
+                                  *report.args()])
+            result = submit_and_report(self._spark_hook, job.application, report, job.preexec)
         self.log.info("chunk select: %s", {k: v for k, v in result.items() if k != "dest"})
         return result
 
@@ -248,5 +203,4 @@ class DBLogChunkDumpOperator(BaseOperator):
             self._spark_hook.on_kill()
         if self._open is not None:
             state, window = self._open
-            if state.window_is_open(window.id):
-                state.close_window(window, "failed", {"error": "task killed", "step": "select"})
+            fail_window(state, window, "task killed", "select")

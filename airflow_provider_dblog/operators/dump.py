@@ -10,8 +10,6 @@ last completed chunk. Typical DAG::
 """
 from __future__ import annotations
 
-import ast
-import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -20,12 +18,13 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 from airflow.sdk.observability.stats import Stats
 
-from ..engine.dump import SCOPES, DumpSpec
-from ..engine.errors import ConfigError, InvalidKeyError, NoPrimaryKeyError, UnknownTableError
+from ..engine.errors import ConfigError, DumpCancelledError, InvalidKeyError, NoPrimaryKeyError, UnknownTableError
+from ..engine.requests import (ACTIONS, DumpSpec, UnknownRequestError, blank, control_request,
+                               parse_int, parse_spec, runnable_request)
 from ..engine.jobs import SparkJobError
 from ..exceptions import DBLogInvalidRequest
 from ..hooks.dblog import DBLogHook
-from ..params import parse_keys_text, spec_from_params
+from ..params import spec_from_params
 from .spark import DBLogSparkSubmitOperator
 
 if TYPE_CHECKING:
@@ -34,49 +33,18 @@ if TYPE_CHECKING:
 # what makes a request invalid: the user's input, not the infrastructure (no retry)
 INVALID_REQUEST_ERRORS = (ConfigError, InvalidKeyError, UnknownTableError, NoPrimaryKeyError)
 PROGRESS_FIELDS = ("chunks", "rows", "dropped", "missing_count")
-ACTIONS = ("pause", "resume", "cancel")
 
 
 def _blank(value: Any) -> bool:
     """A value a template left empty (``{{ params.x }}`` of a None renders "None")."""
-    return value is None or (isinstance(value, str) and value.strip() in ("", "None"))
+    return blank(value)
 
 
 def _as_int(value: Any, name: str) -> int | None:
-    if _blank(value):
-        return None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise DBLogInvalidRequest(f"{name} must be an integer, not {value!r}")
-
-
-def _as_keys(value: Any) -> list:
-    """A key list: a list, its JSON (or Python) text as a template renders it, or one key
-    per line with comma-separated values (the repair form's text box)."""
-    if _blank(value):
-        return []
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as e:
-                try:  # a list param rendered by Jinja as Python text: [[1, 'a']]
-                    value = ast.literal_eval(text)
-                except (ValueError, SyntaxError, MemoryError, RecursionError):
-                    raise DBLogInvalidRequest(
-                        f'keys must be a JSON list such as [1, 2] or [[1, "a"], [2, "b"]] for composite '
-                        f"keys: {e}") from None
-        else:
-            try:
-                value = parse_keys_text(text)
-            except ValueError as e:
-                raise DBLogInvalidRequest(str(e)) from None
-    if not isinstance(value, (list, tuple)):
-        raise DBLogInvalidRequest(f"keys must be a list of primary keys, not {type(value).__name__}")
-    return list(value)
+    try:
+        return parse_int(value, name)
+    except ConfigError as e:
+        raise DBLogInvalidRequest(str(e)) from None
 
 
 class DBLogCreateDumpOperator(BaseOperator):
@@ -145,35 +113,14 @@ class DBLogCreateDumpOperator(BaseOperator):
         self.dblog_conn_id = dblog_conn_id
 
     def build_spec(self, context: Context | None = None) -> DumpSpec:
-        if self.from_params:
-            params = dict((context or {}).get("params") or {})
-            try:
-                spec = spec_from_params(params)
-            except ValueError as e:
-                raise DBLogInvalidRequest(str(e)) from None
-            return DumpSpec(spec.scope, spec.tables, _as_keys(spec.keys) if spec.scope == "keys" else [],
-                            _as_int(spec.chunk_size, "chunk_size"), _as_int(spec.parallelism, "parallelism"),
-                            spec.where)
-        scope = str(self.scope or "").strip()
-        if scope not in SCOPES:
-            raise DBLogInvalidRequest(f"scope must be one of {SCOPES}, not {self.scope!r}")
-        table = None if _blank(self.table) else str(self.table).strip()
-        keys = _as_keys(self.keys)
-        where = None if _blank(self.where) else str(self.where).strip()
-        if scope == "all" and (table or keys or where):
-            raise DBLogInvalidRequest("scope 'all' dumps every configured table: leave table, keys and "
-                                      "where empty")
-        if scope != "all" and not table:
-            raise DBLogInvalidRequest(f"scope {scope!r} needs a table (as db.table)")
-        if scope != "keys" and keys:
-            raise DBLogInvalidRequest(f"keys were given but the scope is {scope!r}: keys are for scope 'keys'")
-        if scope != "where" and where:
-            raise DBLogInvalidRequest(f"a WHERE condition was given but the scope is {scope!r}")
-        if scope == "where" and not where:
-            raise DBLogInvalidRequest("scope 'where' needs a condition, e.g. status = 'new'")
-        return DumpSpec(scope, [table] if table else [], keys,
-                        _as_int(self.chunk_size, "chunk_size"), _as_int(self.parallelism, "parallelism"),
-                        where)
+        """The request from the form's params or the operator's arguments, with the rules of
+        every front end (``engine.requests.parse_spec``)."""
+        try:
+            if self.from_params:
+                return spec_from_params(dict((context or {}).get("params") or {}))
+            return parse_spec(self.scope, self.table, self.keys, self.where, self.chunk_size, self.parallelism)
+        except ConfigError as e:
+            raise DBLogInvalidRequest(str(e)) from None
 
     def execute(self, context: Context) -> str:
         hook = DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id)
@@ -203,18 +150,18 @@ class DBLogCreateDumpOperator(BaseOperator):
             state = hook.state(source)
         except ConfigError as e:
             raise DBLogInvalidRequest(str(e)) from e
-        req = state.request(rid)
-        if req is None:
-            raise DBLogInvalidRequest(f"unknown dump request {rid!r} on source {state.source!r}: "
-                                      "leave the request id empty to start a new dump")
-        if req["status"] == "cancelled" or state.flag(rid, "cancel"):
-            raise DBLogInvalidRequest(f"dump request {rid} is cancelled: start a new dump instead")
+        try:
+            req = runnable_request(state, rid)
+        except UnknownRequestError as e:
+            raise DBLogInvalidRequest(f"{e}: leave the request id empty to start a new dump") from None
+        except DumpCancelledError as e:
+            raise DBLogInvalidRequest(str(e)) from None
         table = None if self.from_params or _blank(self.table) else str(self.table).strip()
         if table and table not in req["spec"]["tables"]:
             raise DBLogInvalidRequest(f"dump request {rid} dumps {', '.join(req['spec']['tables'])}, "
                                       f"not {table}")
         if state.flag(rid, "pause"):
-            state.set_flag(rid, "pause", False)
+            control_request(state, rid, "resume")
             self.log.info("dump request %s: pause flag cleared", rid)
         self.log.info("resuming dump request %s (%s, %s) from its last completed chunk", rid,
                       req["status"], ", ".join(req["spec"]["tables"]))
@@ -288,11 +235,12 @@ class DBLogDumpOperator(DBLogSparkSubmitOperator):
         if max_chunks is not None and max_chunks < 1:
             raise DBLogInvalidRequest(f"max_chunks must be at least 1, not {max_chunks}")
         state = self._state(hook)
-        req = state.request(rid)
-        if req is None:
-            raise DBLogInvalidRequest(f"unknown dump request {rid!r} on source {state.source!r}")
-        if req["status"] == "cancelled" or state.flag(rid, "cancel"):
-            raise AirflowSkipException(f"dump request {rid} is cancelled: nothing to run")
+        try:
+            req = runnable_request(state, rid)
+        except UnknownRequestError as e:
+            raise DBLogInvalidRequest(str(e)) from None
+        except DumpCancelledError as e:
+            raise AirflowSkipException(f"{e}: nothing to run") from None
         if state.flag(rid, "pause"):
             self.log.info("dump request %s has its pause flag set: the run stops before its next chunk "
                           "(resume it with DBLogDumpControlOperator(action='resume'))", rid)
@@ -392,18 +340,11 @@ class DBLogDumpControlOperator(BaseOperator):
             state = hook.state(None if _blank(self.source) else self.source)
         except ConfigError as e:
             raise DBLogInvalidRequest(str(e)) from e
-        req = state.request(rid) if rid else None
-        if req is None:
-            raise DBLogInvalidRequest(f"unknown dump request {rid!r} on source {state.source!r}")
-        if action == "resume":
-            state.set_flag(rid, "pause", False)
-        else:
-            state.set_flag(rid, action, True)
-        out = {"request": rid, "action": action, "status": req["status"],
-               "pause": state.flag(rid, "pause"), "cancel": state.flag(rid, "cancel")}
-        if action == "resume" and out["cancel"]:
-            self.log.warning("dump request %s is cancelled: resuming it does nothing", rid)
-        self.log.info("dump request %s (%s): %s set; a running dump %s", rid, req["status"],
+        try:
+            out = control_request(state, rid, action)
+        except ConfigError as e:  # unknown, or finished: nothing to pause or cancel
+            raise DBLogInvalidRequest(str(e)) from None
+        self.log.info("dump request %s (%s): %s set; a running dump %s", rid, out["status"],
                       {"pause": "pause flag", "resume": "pause flag cleared", "cancel": "cancel flag"}[action],
                       {"pause": "stops at its next chunk boundary",
                        "resume": "is not started by this: run the dump task again",

@@ -89,17 +89,13 @@ class DBLogReconcileOperator(BaseOperator):
                 detail = runner.finish_chunk(task, window, timeout_s=self.window_timeout)
             except WatermarkError as e:  # the window failed (closed by the engine) or was closed meanwhile
                 raise DBLogWindowFailed(str(e)) from e
-            spec = runner.spec(task.request)
-            request_done = bool(task.last and spec.tables and task.table == spec.tables[-1])
-            if request_done:
-                state.set_request_status(task.request, "done")
             progress = state.progress(task.request, task.table)
         finally:
             runner.source.close()
         seconds = round(time.monotonic() - t0, 3)
         detail = dict(detail) | {"request": task.request, "table": task.table, "window": window.id,
-                                 "table_done": bool(task.last), "request_done": request_done,
                                  "reconcile_s": seconds}
+        request_done = detail["request_done"]
         self.log.info(
             "%s chunk %s of request %s: %d rows selected, %d kept as snapshot at HW %s, %d dropped as "
             "stale (key changed in the window), %d window events, %d missing keys; table progress: "

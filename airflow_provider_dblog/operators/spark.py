@@ -3,14 +3,17 @@
 The job's command line is the one the ``dblog`` command builds (``engine.jobs``):
 the same application file, ``--jars``, ``--conf`` settings and environment. The
 config is only known at run time (``config_path`` is templated), so all of it is
-resolved in ``execute()`` before ``SparkSubmitOperator.execute`` runs.
+resolved in ``execute()``. Jobs are launched by composition: the Spark provider's
+``SparkSubmitHook`` (its constructor and ``submit()``), the job's result read from its
+``engine.jobs.JobReport``; the chunk operator launches its select the same way.
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -19,12 +22,10 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from ..engine.jobs import (
-    ERROR_PREFIX,
-    RESULT_PREFIX,
+    JobReport,
     SparkJobError,
     application_path,
     existing_jars,
-    parse_result,
     spark_conf,
     spark_preexec,
     spark_submit_binary,
@@ -49,6 +50,84 @@ JOB_ENV_KEYS = frozenset({"SPARK_LOCAL_IP", "TZ", "PYSPARK_PYTHON", "PYSPARK_DRI
 # what SparkSubmitHook can resolve a connection to that spark-submit accepts
 _MASTER = re.compile(r"^(local(\[[^\]]+\])?|local-cluster\[[^\]]+\]|yarn|(spark|mesos|k8s)://\S+)$")
 
+
+
+def check_spark_connection(conn_id: str, deploy_mode: str | None = None) -> str:
+    """The master the Spark connection resolves to (as the Spark provider resolves it);
+    DBLogSparkConnectionError if it is missing, unusable, or asks for cluster deploy mode."""
+    create = (f"create it, e.g. `airflow connections add {conn_id} --conn-json "
+              f"'{SPARK_CONN_JSON}'` or set AIRFLOW_CONN_{conn_id.upper()}='{SPARK_CONN_JSON}'")
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise DBLogSparkConnectionError(
+            f"Spark connection {conn_id!r} does not exist (the Spark provider would silently "
+            f"submit to YARN instead): {create}") from None
+    # the provider's own resolution of the connection (read, never changed)
+    resolved = SparkSubmitHook(conn_id=conn_id, deploy_mode=deploy_mode)._connection
+    master = str(resolved.get("master") or "")
+    if not _MASTER.match(master):
+        raise DBLogSparkConnectionError(
+            f"Spark connection {conn_id!r} resolves to master {master!r}, which spark-submit "
+            f"does not accept: put the master in the connection's host, {create}")
+    if (resolved.get("deploy_mode") or "client") != "client":
+        raise DBLogSparkConnectionError(
+            f"Spark connection {conn_id!r} (or the operator) asks for deploy mode "
+            f"{resolved['deploy_mode']!r}: dblog's jobs run in client mode only (the driver reports "
+            "each job's result to the task that submitted it); drop deploy-mode from the connection")
+    return master
+
+
+@dataclass
+class JobSettings:
+    """What every dblog Spark job is submitted with, from the config (``engine.jobs``)."""
+    application: str
+    jars: list[str]
+    conf: dict[str, str]
+    env_vars: dict[str, str]
+    driver_memory: str | None = None
+    executor_memory: str | None = None
+    executor_cores: int | None = None
+    preexec: Callable[[], None] | None = field(default=None, repr=False)
+
+
+def job_settings(hook: DBLogHook, job: str) -> JobSettings:
+    """The job's application, jars, conf (the provider's own arguments left out), memory
+    and cores, and environment: the variables the engine sets for its jobs, the connections
+    the config names, and whatever else the engine changed (``hook.subprocess_env()``)."""
+    cfg = hook.config
+    full = hook.subprocess_env()
+    env = {k: v for k, v in full.items()
+           if k in JOB_ENV_KEYS or k.startswith("AIRFLOW_CONN_") and k in hook.connection_env
+           or os.environ.get(k) != v}
+    if not shutil.which("spark-submit", path=env.get("PATH", os.environ.get("PATH"))):
+        try:  # pyspark's spark-submit next to this Python (its venv's bin)
+            bindir = os.path.dirname(spark_submit_binary())
+            env["PATH"] = os.pathsep.join([bindir, env.get("PATH", os.environ.get("PATH", ""))])
+        except SparkJobError:
+            pass  # the Spark provider reports the missing binary
+    return JobSettings(
+        application=application_path(job), jars=existing_jars(cfg),
+        conf={k: v for k, v in spark_conf(cfg).items() if k not in HANDLED_CONF}, env_vars=env,
+        driver_memory=str(cfg.spark.driver_memory) if cfg.spark.driver_memory else None,
+        executor_memory=str(cfg.spark.executor_memory) if cfg.spark.executor_memory else None,
+        executor_cores=int(cfg.spark.executor_cores) if cfg.spark.executor_cores else None,
+        preexec=spark_preexec(cfg))
+
+
+def submit_and_report(spark_hook: SparkSubmitHook, application: str, report: JobReport,
+                      preexec: Callable[[], None] | None = None) -> dict:
+    """Run the job through the Spark provider's hook (``submit()``; Popen arguments such as
+    ``spark.nice``'s ``preexec_fn`` pass through it) and return its result: SparkJobError
+    with the job's own message when it failed, the provider's error chained."""
+    try:
+        spark_hook.submit(application, **({"preexec_fn": preexec} if preexec else {}))
+    except AirflowException as e:
+        try:
+            report.outcome(failed=True)
+        except SparkJobError as err:
+            raise err from e
+    return report.outcome()
 
 
 class DBLogSparkSubmitOperator(SparkSubmitOperator):
@@ -107,7 +186,7 @@ class DBLogSparkSubmitOperator(SparkSubmitOperator):
         self.config_path = config_path
         self.dblog_conn_id = dblog_conn_id
         self.job_args = job_args
-        self._result_lines: list[str] = []
+        self._preexec: Callable[[], None] | None = None
 
     # -- what subclasses change ---------------------------------------------------
     def job_arguments(self, hook: DBLogHook, context: Context) -> list[str]:
@@ -127,103 +206,37 @@ class DBLogSparkSubmitOperator(SparkSubmitOperator):
 
     def check_spark_connection(self) -> str:
         """The master the Spark connection resolves to; raises if it is missing or unusable."""
-        create = (f"create it, e.g. `airflow connections add {self._conn_id} --conn-json "
-                  f"'{SPARK_CONN_JSON}'` or set AIRFLOW_CONN_{self._conn_id.upper()}='{SPARK_CONN_JSON}'")
-        try:
-            BaseHook.get_connection(self._conn_id)
-        except AirflowNotFoundException:
-            raise DBLogSparkConnectionError(
-                f"Spark connection {self._conn_id!r} does not exist (the Spark provider would silently "
-                f"submit to YARN instead): {create}") from None
-        resolved = self._get_hook()._connection
-        master = str(resolved.get("master") or "")
-        if not _MASTER.match(master):
-            raise DBLogSparkConnectionError(
-                f"Spark connection {self._conn_id!r} resolves to master {master!r}, which spark-submit "
-                f"does not accept: put the master in the connection's host, {create}")
-        if (resolved.get("deploy_mode") or "client") != "client":
-            raise DBLogSparkConnectionError(
-                f"Spark connection {self._conn_id!r} (or the operator) asks for deploy mode "
-                f"{resolved['deploy_mode']!r}: dblog's jobs run in client mode only (the driver reports "
-                "each job's result to the task that submitted it); drop deploy-mode from the connection")
-        return master
+        return check_spark_connection(self._conn_id, self._deploy_mode)
 
     def prepare(self, hook: DBLogHook, context: Context) -> None:
-        """Set application, jars, conf, env_vars and the arguments from the config."""
-        cfg = hook.config
-        self._preexec = spark_preexec(cfg)
-        self.application = application_path(self.job)
-        jars = existing_jars(cfg) + [j for j in (self.jars or "").split(",") if j.strip()]
+        """Set application, jars, conf, env_vars and the arguments from the config (what
+        you passed to the operator wins)."""
+        job = job_settings(hook, self.job)
+        self._preexec = job.preexec
+        self.application = job.application
+        jars = job.jars + [j for j in (self.jars or "").split(",") if j.strip()]
         self.jars = ",".join(dict.fromkeys(jars)) or None
-        self.conf = {**{k: v for k, v in spark_conf(cfg).items() if k not in HANDLED_CONF},
-                     **(self.conf or {})}
-        if not self._driver_memory and cfg.spark.driver_memory:
-            self._driver_memory = str(cfg.spark.driver_memory)
-        if not self._executor_memory and cfg.spark.executor_memory:
-            self._executor_memory = str(cfg.spark.executor_memory)
-        if not self._executor_cores and cfg.spark.executor_cores:
-            self._executor_cores = int(cfg.spark.executor_cores)
-        # what the job needs (hook.subprocess_env() is this process's environment plus that):
-        # the variables the engine sets for its jobs, the connections, anything else it changed
-        full = hook.subprocess_env()
-        env = {k: v for k, v in full.items()
-               if k in JOB_ENV_KEYS or k.startswith("AIRFLOW_CONN_") and k in hook.connection_env
-               or os.environ.get(k) != v}
-        if not shutil.which("spark-submit", path=env.get("PATH", os.environ.get("PATH"))):
-            try:  # pyspark's spark-submit next to this Python (its venv's bin)
-                bindir = os.path.dirname(spark_submit_binary())
-                env["PATH"] = os.pathsep.join([bindir, env.get("PATH", os.environ.get("PATH", ""))])
-            except SparkJobError:
-                pass  # the Spark provider reports the missing binary
-        self.env_vars = {**env, **(self.env_vars or {})}
+        self.conf = {**job.conf, **(self.conf or {})}
+        self._driver_memory = self._driver_memory or job.driver_memory
+        self._executor_memory = self._executor_memory or job.executor_memory
+        self._executor_cores = self._executor_cores or job.executor_cores
+        self.env_vars = {**job.env_vars, **(self.env_vars or {})}
         config_path = os.path.abspath(hook.resolve_config_path())
         self.application_args = ["--config", config_path, *self.job_arguments(hook, context)]
 
     def execute(self, context: Context) -> Any:
-        self._hook = None  # built again from the resolved settings
         master = self.check_spark_connection()
         hook = self.dblog_hook()
         self.prepare(hook, context)
         if master != hook.config.spark.master:
             self.log.info("Spark master %s from connection %r (the config's spark.master %s is "
                           "what the dblog command uses)", master, self._conn_id, hook.config.spark.master)
-        self._result_lines.clear()
-        self._hook = self._get_hook()
-        try:
-            super().execute(context)
-        except AirflowException as e:
-            own = next((ln[len(ERROR_PREFIX):] for ln in reversed(self._result_lines)
-                        if ln.startswith(ERROR_PREFIX)), "")
-            if not own:
+        with JobReport(self.job) as report:
+            self.application_args = [*self.application_args, *report.args()]
+            self._hook = self._get_hook()  # SparkSubmitOperator's: a hook from this operator's fields
+            try:
+                result = submit_and_report(self._hook, self.application, report, self._preexec)
+            except SparkJobError as err:
+                self.handle_failure(err, hook, context)
                 raise
-            rc = getattr(getattr(self._hook, "_submit_sp", None), "returncode", None)
-            err = SparkJobError(f"Spark job {self.job} failed: {own}", rc)
-            self.handle_failure(err, hook, context)
-            raise err from e
-        try:
-            result = parse_result(self._result_lines)
-        except ValueError as e:
-            raise SparkJobError(f"Spark job {self.job} printed an unreadable result: {e}") from None
-        if result is None:
-            raise SparkJobError(f"Spark job {self.job} exited 0 without a {RESULT_PREFIX.strip()} line")
         return self.handle_result(result, hook, context)
-
-    def _get_hook(self) -> SparkSubmitHook:
-        """The provider's hook, keeping the job's ``DBLOG_RESULT`` / ``DBLOG_ERROR`` lines as it
-        reads spark-submit's output (it still logs every line)."""
-        hook = super()._get_hook()
-        process = hook._process_spark_submit_log
-
-        def keep(itr: Iterator[Any]) -> Iterator[Any]:
-            for raw in itr:
-                line = raw.strip()
-                if line.startswith((RESULT_PREFIX, ERROR_PREFIX)):
-                    self._result_lines.append(line)
-                yield raw
-
-        hook._process_spark_submit_log = lambda itr: process(keep(itr))  # type: ignore[method-assign]
-        preexec = getattr(self, "_preexec", None)
-        if preexec is not None:  # spark.nice: the hook passes Popen arguments through
-            submit = hook.submit
-            hook.submit = lambda application="", **kw: submit(application, preexec_fn=preexec, **kw)  # type: ignore[method-assign]
-        return hook

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferralError, TaskDeferralTimeout
 
+from ..engine.dump import fail_window
 from ..engine.errors import WatermarkError
 from ..engine.state import RedisState, Window
 from ..exceptions import DBLogInvalidRequest, DBLogWindowFailed
@@ -98,29 +99,27 @@ class DBLogHighWatermarkSensor(BaseSensorOperator):
             self.window_timeout = float(hook.config.dump.window_timeout_s)
         return hook, state, window
 
-    def _fail(self, state: RedisState, window: Window, message: str, outcome: str = "failed") -> NoReturn:
+    def _fail(self, state: RedisState, window: Window, message: str) -> NoReturn:
         """Close the window as failed (unless closed already), mark the request, raise."""
         try:
-            if state.window_is_open(window.id):  # else closed already (and maybe replaced): leave it
-                state.close_window(window, outcome, {"error": message[:2000], "step": "wait_hw"})
-                state.set_request_status(window.request, "failed", message[:2000])
-                self.log.error("window %s closed as %s", window.id, outcome)
+            if fail_window(state, window, message, "wait_hw"):
+                self.log.error("window %s closed as failed", window.id)
         except Exception:  # the window's failure is what the task reports
             self.log.exception("could not close window %s", window.id)
         raise DBLogWindowFailed(message)
 
     def _check(self, state: RedisState, window: Window) -> dict | None:
         """One synchronous look (the same checks as the trigger's): the positions, or None."""
+        look = state.look_window(window)
         try:
-            pair = state.poll_window(window)
+            pair = look.positions()
         except WatermarkError as e:
             self._fail(state, window, str(e))
         if pair is not None:
             lw, hw = pair
             return {"window": window.id, "lw": lw.encode(), "hw": hw.encode()}
-        if not state.window_is_open(window.id):
-            self._fail(state, window, f"window {window.id} of {window.table} was closed before its HW was "
-                                      "seen (abandoned by a newer run of the request, cancelled, or failed)")
+        if not look.is_open:
+            self._fail(state, window, look.closed_message())
         return None
 
     # -- the run -----------------------------------------------------------------------
@@ -151,11 +150,7 @@ class DBLogHighWatermarkSensor(BaseSensorOperator):
         return PokeReturnValue(True, seen) if seen is not None else False
 
     def _timeout_message(self, state: RedisState, window: Window) -> str:
-        cp = state.checkpoint()
-        return (f"window {window.id} of {window.table} did not close within {self.window_timeout:.0f}s "
-                f"(LW seen: {state.watermark_pos(window.lw) is not None}, HW seen: "
-                f"{state.watermark_pos(window.hw) is not None}, tail checkpoint: {cp.pos if cp else 'none'}). "
-                "Is the log tail running?")
+        return state.look_window(window).timeout_message(self.window_timeout)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict:
         """Back from the trigger: the positions, or the window closed as failed and an error."""

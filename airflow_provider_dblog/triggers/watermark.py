@@ -8,9 +8,9 @@ connects to the source database. It fires one event:
 
 * ``{"status": "success", "window": id, "lw": pos, "hw": pos, "waited_s": s}``;
 * ``{"status": "error", "window": id, "message": ...}``: a watermark seen twice, the HW
-  not after the LW, the LW before the window opened (the checks of
-  ``engine.state.check_window_positions``, shared with the engine's own wait), the window
-  closed meanwhile, or the config unreadable in the triggerer;
+  not after the LW, the LW before the window opened (``engine.state.WindowLook``: the
+  engine's own wait and the sensor's poke make the same checks on the same keys), the
+  window closed meanwhile, or the config unreadable in the triggerer;
 * ``{"status": "timeout", "window": id, "message": "... Is the log tail running?"}``.
 
 Its serialized kwargs hold no secret: the Redis URL is read from the dblog config in
@@ -28,8 +28,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..engine.errors import WatermarkError
-from ..engine.positions import Position
-from ..engine.state import Window, check_window_positions, state_key
+from ..engine.state import AsyncWindowReader, Window, WindowLook
 from .config import load_config_async
 
 
@@ -86,34 +85,24 @@ class HighWatermarkTrigger(BaseTrigger):
                                                f"{type(e).__name__}: {e}")
             return
         prefix = self.prefix or prefix
-        keys = {k: state_key(prefix, source, k)
-                for k in ("watermarks", "watermark_conflicts", "windows", "checkpoint")}
         deadline = self.started_at + self.timeout
         self.log.info("waiting for HW %s of window %s (%s) in %s:%s, up to %.0fs", window.hw, window.id,
                       window.table, prefix, source, self.timeout)
-        client = aioredis.Redis.from_url(url, decode_responses=True)
+        reader = AsyncWindowReader(url, prefix, source)
         last_error = ""
-        seen: tuple[bool, bool] = (False, False)
-        checkpoint = None
+        look = None
         try:
             while True:
                 try:
-                    async with client.pipeline(transaction=False) as pipe:
-                        pipe.hmget(keys["watermarks"], [window.lw, window.hw])
-                        pipe.hmget(keys["watermark_conflicts"], [window.lw, window.hw])
-                        pipe.hexists(keys["windows"], window.id)
-                        pipe.hget(keys["checkpoint"], "pos")
-                        (lw_s, hw_s), conflicts, is_open, checkpoint = await pipe.execute()
+                    look = await reader.look(window)
                 except (OSError, aioredis.RedisError) as e:  # Redis away for a moment: keep polling
                     if str(e) != last_error:
                         self.log.warning("reading Redis failed (%s); still polling", e)
                     last_error = str(e)
                 else:
                     last_error = ""
-                    seen = (lw_s is not None, hw_s is not None)
                     try:
-                        pair = check_window_positions(window, Position.decode(lw_s) if lw_s else None,
-                                                      Position.decode(hw_s) if hw_s else None, conflicts)
+                        pair = look.positions()
                     except WatermarkError as e:
                         yield self._event("error", message=str(e))
                         return
@@ -122,17 +111,13 @@ class HighWatermarkTrigger(BaseTrigger):
                         yield self._event("success", lw=lw.encode(), hw=hw.encode(),
                                           waited_s=round(time.time() - self.started_at, 3))
                         return
-                    if not is_open:
-                        yield self._event("error", message=(
-                            f"window {window.id} of {window.table} was closed before its HW was seen "
-                            "(abandoned by a newer run of the request, cancelled, or failed)"))
+                    if not look.is_open:
+                        yield self._event("error", message=look.closed_message())
                         return
                 if time.time() >= deadline:
-                    yield self._event("timeout", message=(
-                        f"window {window.id} of {window.table} did not close within {self.timeout:.0f}s "
-                        f"(LW seen: {seen[0]}, HW seen: {seen[1]}, tail checkpoint: {checkpoint or 'none'}"
-                        f"{', Redis error: ' + last_error if last_error else ''}). Is the log tail running?"))
+                    look = look or WindowLook(window, None, None, (), True, None)
+                    yield self._event("timeout", message=look.timeout_message(self.timeout, last_error))
                     return
                 await asyncio.sleep(max(0.01, min(self.poll_interval, deadline - time.time())))
         finally:
-            await client.aclose()
+            await reader.close()

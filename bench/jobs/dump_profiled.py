@@ -50,10 +50,7 @@ def top(prof: cProfile.Profile, key: str, n: int = 18) -> list[str]:
 
 def main(argv=None) -> dict:
     import airflow_provider_dblog.engine.dump as dump_mod
-    from airflow_provider_dblog.engine.dump import DumpRunner
-    from airflow_provider_dblog.engine.sources import open_source
-    from airflow_provider_dblog.engine.state import RedisState
-    from airflow_provider_dblog.engine.store import EventStore
+    from airflow_provider_dblog.engine.wiring import Wiring
 
     p = argparse.ArgumentParser()
     p.add_argument("--config", required=True)
@@ -61,20 +58,19 @@ def main(argv=None) -> dict:
     p.add_argument("--max-chunks", type=int, default=None)
     args = p.parse_args(argv)
     cfg = load(args.config)
-    scfg = cfg.source()
-    state = RedisState(cfg.redis_url, cfg.state_prefix, scfg.name)
-    store = EventStore(cfg.storage_root, scfg.name)
-    source = open_source(scfg)
+    parts = Wiring(cfg)
+    state, store = parts.state, parts.store
+    source = parts.open_source()
     t0 = time.monotonic()
     spark = spark_session("bench-dump-profiled")
     session_s = time.monotonic() - t0
     reader = SparkChunkReader(spark, source)
     spark_s = readback_s = 0.0
-    runner = DumpRunner(source, state, store, reader, cfg.dump)
+    runner = parts.runner(reader, source)
     # the steps of a chunk (dump.py), and the costs inside finish_chunk
-    for obj, names, group in ((runner, ("next_chunk", "start_chunk", "select_chunk", "end_select",
+    for obj, names, group in ((runner, ("next_chunk", "open_chunk", "select_chunk", "write_hw",
                                         "finish_chunk"), "step"),
-                              (state, ("wait_window", "complete_chunk", "checkpoint", "open_window"), "state"),
+                              (state, ("wait_window", "complete_chunk", "checkpoint", "open_exclusive_window"), "state"),
                               (store, ("read_range", "write_snapshot", "remove_chunk"), "store"),
                               (source, ("write_watermark", "plan_chunk", "max_key"), "source")):
         for n in names:

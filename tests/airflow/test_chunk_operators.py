@@ -12,7 +12,7 @@ import pytest
 import yaml
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 
-from airflow_provider_dblog.engine.dump import DumpSpec, validate_spec
+from airflow_provider_dblog.engine.requests import DumpSpec, validate_spec
 from airflow_provider_dblog.engine.errors import ChunkInFlightError
 from airflow_provider_dblog.exceptions import DBLogWindowFailed
 from airflow_provider_dblog.operators.chunk import DBLogChunkDumpOperator
@@ -52,14 +52,16 @@ def wait_hw(setup, out: dict, context) -> dict:
                                       poll_interval=0.1, timeout=60)
     try:
         return sensor.execute(context)
-    except TaskDeferred as d:
-        async def first():
-            gen = d.trigger.run()
-            try:
-                return (await gen.__anext__()).payload
-            finally:
-                await gen.aclose()
-        return getattr(sensor, d.method_name)(context, asyncio.run(first()))
+    except TaskDeferred as deferred:
+        trigger, method = deferred.trigger, deferred.method_name
+
+    async def first():
+        gen = trigger.run()
+        try:
+            return (await gen.__anext__()).payload
+        finally:
+            await gen.aclose()
+    return getattr(sensor, method)(context, asyncio.run(first()))
 
 
 def one_chunk(setup, rid: str, context, **chunk_kw) -> tuple[dict, dict, dict]:
@@ -247,6 +249,33 @@ def test_pause_and_cancel_skip_the_chunk(setup, context):
     assert state.request(rid)["status"] == "cancelled"
     with pytest.raises(AirflowSkipException, match="cancelled"):
         op.execute(context)
+
+
+def test_cancel_closes_the_requests_open_windows_in_either_driver(setup, context):
+    """One rule for the chunk task and the dump job (DumpRunner.run): a cancelled request
+    leaves no window open to hold the apply frontier back, and ends as cancelled."""
+    from airflow_provider_dblog.engine.errors import DumpCancelledError
+    table = setup.tables[0]
+    state = setup.state()
+    for driver in ("chunk task", "dump job"):
+        rid = submit(setup, DumpSpec("keys", [table], keys=[[1], [2], [3]], chunk_size=1))
+        out = DBLogChunkDumpOperator(task_id="chunk", config_path=str(setup.path), request_id=rid).execute(context)
+        assert state.window_is_open(out["window"]["id"])  # a chunk in flight (or left by a crash)
+        state.set_flag(rid, "cancel")
+        if driver == "chunk task":
+            with pytest.raises(AirflowSkipException, match="cancelled"):
+                DBLogChunkDumpOperator(task_id="chunk", config_path=str(setup.path), request_id=rid).execute(context)
+        else:
+            from airflow_provider_dblog.hooks.dblog import DBLogHook
+            runner = DBLogHook(config_path=str(setup.path)).runner()
+            try:
+                with pytest.raises(DumpCancelledError):
+                    runner.run(rid)
+            finally:
+                runner.source.close()
+        assert not [w for w in state.open_windows() if w.request == rid], driver
+        assert state.request(rid)["status"] == "cancelled", driver
+        assert state.progress(rid, table)["done_keys"] == 0
 
 
 CHUNK_DAG = """

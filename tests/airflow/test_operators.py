@@ -17,7 +17,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider_dblog.assets import table_asset
-from airflow_provider_dblog.engine.dump import DumpSpec
+from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.exceptions import DBLogInvalidRequest
 from airflow_provider_dblog.operators.apply import DBLogApplyOperator
@@ -214,6 +214,12 @@ def test_control_operator_sets_and_clears_flags(dblog_setup, context):
     with pytest.raises(DBLogInvalidRequest, match="unknown dump request"):
         DBLogDumpControlOperator(task_id="x", config_path=str(s.path), request_id="nope",
                                  action="pause").execute(context)
+    # a cancelled request: nothing to pause, nothing to resume (engine.requests.control_request)
+    with pytest.raises(DBLogInvalidRequest, match="is cancelled: there is nothing to pause"):
+        run("pause")
+    with pytest.raises(DBLogInvalidRequest, match="cannot be resumed"):
+        run("resume")
+    assert not state.flag(rid, "pause")
 
 
 # -- the Spark operators, without running Spark ---------------------------------------
@@ -287,37 +293,35 @@ def test_spark_job_connections_go_by_environment(dblog_setup, context, monkeypat
     assert op.env_vars.get("AIRFLOW_CONN_DBLOG_TGT_PG", conn) == conn
 
 
-def test_job_result_and_error_lines_are_captured(dblog_setup):
-    op = DBLogSparkSubmitOperator(task_id="j", job="apply_job")
-    hook = op._get_hook()
-    hook._process_spark_submit_log(iter(["25/11/22 00:00:00 WARN x\n", 'DBLOG_RESULT {"events": 3}\n',
-                                         "DBLOG_ERROR boom\n"]))
-    assert op._result_lines == ['DBLOG_RESULT {"events": 3}', "DBLOG_ERROR boom"]
-
-
 FAKE_SPARK_SUBMIT = """#!{python}
-# a stand-in for spark-submit: what a dblog job prints, per $FAKE_SPARK_MODE
-import os, sys
+# a stand-in for spark-submit: what a dblog job reports (engine.jobs.JobReport), per $FAKE_SPARK_MODE
+import json, os, sys
 import redis
 args = sys.argv[1:]
 mode = os.environ["FAKE_SPARK_MODE"]
+report = args[args.index("--result-file") + 1]
+def say(**kw):
+    with open(report, "w") as f:
+        json.dump(kw, f)
 print("25/11/22 00:00:00 WARN NativeCodeLoader: whatever", flush=True)
 if mode == "cancel":
     rid = args[args.index("--request") + 1]
     r = redis.Redis.from_url(os.environ["FAKE_REDIS_URL"], decode_responses=True)
     r.hset(os.environ["FAKE_REQUEST_KEY_PREFIX"] + rid, "status", "cancelled")
-    print("DBLOG_ERROR DumpCancelledError: dump " + rid + " cancelled", flush=True)
+    say(error="DumpCancelledError: dump " + rid + " cancelled")
     sys.exit(1)
 if mode == "fail":
     print("Traceback (most recent call last): ...", flush=True)
-    print("DBLOG_ERROR WindowTimeoutError: window w1 of db.t did not close within 60s", flush=True)
+    say(error="WindowTimeoutError: window w1 of db.t did not close within 60s")
     sys.exit(1)
+if mode == "killed":  # died without a word
+    sys.exit(137)
 if mode == "noresult":
     sys.exit(0)
 if mode == "nice":  # report the niceness spark-submit was started with
-    print('DBLOG_RESULT {{"nice": %d}}' % os.nice(0), flush=True)
+    say(result={{"nice": os.nice(0)}})
     sys.exit(0)
-print("DBLOG_RESULT " + os.environ["FAKE_RESULT"], flush=True)
+say(result=json.loads(os.environ["FAKE_RESULT"]))
 """
 
 
@@ -355,8 +359,12 @@ def test_spark_job_error_line_becomes_the_task_error(dblog_setup, context, fake_
         DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(context)
     assert "Cannot execute" in str(err.value.__cause__)   # the Spark provider's own error, chained
     fake_spark_submit("noresult")
-    with pytest.raises(SparkJobError, match="without a DBLOG_RESULT line"):
+    with pytest.raises(SparkJobError, match="exited 0 without reporting a result"):
         DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(context)
+    fake_spark_submit("killed")
+    with pytest.raises(SparkJobError, match="apply_job failed without reporting why") as err:
+        DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(context)
+    assert "Cannot execute" in str(err.value.__cause__)
 
 
 def load_config_from(raw: dict):

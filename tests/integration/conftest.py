@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from airflow_provider_dblog.engine.config import load_config
-from airflow_provider_dblog.engine.dump import DumpRunner, DumpSpec
+from airflow_provider_dblog.engine.dump import DumpRunner
+from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.jobs import run_spark_job
 from airflow_provider_dblog.engine.sources import open_source
 from airflow_provider_dblog.engine.state import RedisState

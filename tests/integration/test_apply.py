@@ -346,7 +346,8 @@ def test_dump_tail_apply_end_to_end(servers, tmp_path):
     """A dump under concurrent writes, the tail running, then apply: the target equals the source."""
     import pymysql
 
-    from airflow_provider_dblog.engine.dump import DumpRunner, DumpSpec
+    from airflow_provider_dblog.engine.dump import DumpRunner
+    from airflow_provider_dblog.engine.requests import DumpSpec
     from airflow_provider_dblog.engine.sources.mysql import MySQLSource
     from airflow_provider_dblog.engine.tail import Tail
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from airflow_provider_dblog.engine.conditions import ConditionError
-from airflow_provider_dblog.engine.dump import DumpSpec
+from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.errors import (ConfigError, InvalidKeyError, NoPrimaryKeyError,
                                                   SourceSetupError, UnknownTableError)
 from helpers import mysql_connect

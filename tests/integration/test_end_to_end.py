@@ -14,10 +14,11 @@ import random
 import threading
 import time
 
-import pytest
 
-from airflow_provider_dblog.engine.dump import DumpRunner, DumpSpec
+from airflow_provider_dblog.engine.dump import DumpRunner
+from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.targets.postgres import target_table_name
+from helpers import crash
 
 ROWS = 100_000
 
@@ -174,7 +175,7 @@ def test_key_list_dump_reports_missing_and_repairs_target(src_db, make_cdc):
     assert diff.equal, diff.describe()
 
 
-def test_interrupted_dump_resumes_from_last_completed_chunk(src_db, make_cdc):
+def test_interrupted_dump_resumes_from_last_completed_chunk(src_db, make_cdc, tmp_path):
     db = src_db.name
     create_items(src_db, 50_000)
     cdc = make_cdc(["items"], dump={"chunk_size": 10_000})
@@ -183,16 +184,10 @@ def test_interrupted_dump_resumes_from_last_completed_chunk(src_db, make_cdc):
     assert cdc.dump_spark(rid, max_chunks=2)["status"] == "paused"
     assert cdc.state.progress(rid, f"{db}.items")["last_key"] == "[20000]"
 
-    class Crash(Exception):
-        pass
-
-    class CrashingReader:  # the process dies between the LW and the HW
-        def read(self, table, predicates, dest):
-            raise Crash()
-    with pytest.raises(Crash):
-        DumpRunner(cdc.source, cdc.state, cdc.store, CrashingReader(), cdc.cfg.dump).run(rid)
-    assert cdc.state.request(rid)["status"] == "failed"
-    assert len(cdc.state.open_windows()) == 1  # the crashed chunk's window holds apply back
+    # the dump process dies (SIGKILL) inside the next chunk's select, between its LW and HW
+    window = crash("dump", cdc.path, tmp_path / "marker", "--request", rid)
+    assert cdc.state.request(rid)["status"] == "running"  # nothing ran to say otherwise
+    assert [w.id for w in cdc.state.open_windows()] == [window]  # the crashed chunk's window holds apply back
     assert cdc.state.progress(rid, f"{db}.items")["last_key"] == "[20000]"
     with src_db.cursor() as cur:
         cur.execute("UPDATE items SET price = 0 WHERE id IN (5, 25000, 45000)")

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from airflow_provider_dblog.engine.apply import apply_local
-from airflow_provider_dblog.engine.dump import DumpRunner, DumpSpec
+from airflow_provider_dblog.engine.dump import DumpRunner
+from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.errors import WatermarkError, WindowTimeoutError
 from airflow_provider_dblog.engine.positions import Position
 from helpers import StuckCommit, mysql_connect, pg_connect
@@ -43,9 +44,48 @@ def test_tail_never_waits_for_an_open_window(src_db, make_cdc):
 
 
 @MARIADB_ONLY
+def check_dump_statements(stmts: list[tuple[str, str]], table: str, key_range: tuple[str, str],
+                          wm_ns: str, chunks: int, parallelism: int) -> None:
+    """Invariant 4 on every statement a dump sent, in the order the server logged them
+    (``stmts``: (session, SQL)): no lock; every read of the table bounded (a key range, a
+    LIMIT, or Spark's schema probe that reads no row); each chunk's key-range selects
+    between its LW and its HW (Algorithm 1 steps 2-4), one LW and one HW per chunk."""
+    for _, q in stmts:
+        upper = q.upper()
+        for lock in ("LOCK TABLE", "FOR UPDATE", "LOCK IN SHARE MODE", "FOR SHARE"):
+            assert lock not in upper, q
+    reads = [(sid, q) for sid, q in stmts if q.lstrip().upper().startswith("SELECT") and table in q]
+    ranged = []
+    for sid, q in reads:
+        compact = q.replace(" ", "")
+        if any(k in q for k in key_range):
+            ranged.append((sid, q))
+        else:  # the max key, the chunk plan (LIMIT), or the probe
+            assert " LIMIT " in q.upper() or "WHERE1=0" in compact, f"an unbounded read: {q}"
+    assert len(ranged) >= chunks * parallelism - 1, reads[:10]
+    # the order: LW, that chunk's selects, HW; again for each chunk
+    marks = [("wm", q) if q.upper().startswith("UPDATE") and wm_ns in q else ("select", q)
+             for sid, q in stmts if (sid, q) in ranged or (q.upper().startswith("UPDATE") and wm_ns in q)]
+    assert [m for m, _ in marks].count("wm") == 2 * chunks, marks  # one LW and one HW per chunk
+    inside, per_window, counts = False, 0, []
+    for kind, q in marks:
+        if kind == "wm":
+            if inside:
+                counts.append(per_window)
+            inside, per_window = not inside, 0
+        else:
+            assert inside, f"a chunk select outside any LW..HW window: {q}"
+            per_window += 1
+    assert not inside and len(counts) == chunks and all(c >= 1 for c in counts), counts
+    sessions = {sid for sid, _ in ranged}
+    isolation = {sid: q for sid, q in stmts if sid in sessions and "ISOLATION LEVEL" in q.upper()}
+    assert set(isolation) == sessions, "a chunk-select session without its isolation level set"
+    assert all("READ COMMITTED" in q.upper() for q in isolation.values()), isolation
+
+
 def test_chunk_selects_are_single_bounded_statements_without_locks(src_db, make_cdc):
-    """Every statement the dump sends is a watermark single-row UPDATE or a bounded
-    key-range SELECT in READ COMMITTED: no LOCK TABLES, no FOR UPDATE, no open transaction."""
+    """Every statement the dump's sessions sent (MariaDB's general log), in order: no lock,
+    every read bounded, each chunk's selects between its LW and HW (check_dump_statements)."""
     mysql_db = src_db.name
     make_table(src_db, 30_000)
     cdc = make_cdc(["t"], dump={"chunk_size": 10_000, "parallelism": 3})
@@ -59,24 +99,14 @@ def test_chunk_selects_are_single_bounded_statements_without_locks(src_db, make_
             assert cdc.dump_spark(rid)["status"] == "done"
         finally:
             cur.execute("SET GLOBAL general_log = 0")
-        cur.execute("SELECT thread_id, command_type, CONVERT(argument USING utf8mb4) FROM mysql.general_log "
+        # every session of the dump's: the driver's (watermarks, planning) and the executors'
+        cur.execute("SELECT thread_id, CONVERT(argument USING utf8mb4) FROM mysql.general_log "
                     "WHERE command_type IN ('Query', 'Execute')")
-        log = cur.fetchall()
-    mine = [(tid, q) for tid, _, q in log if mysql_db in q or cdc.wm_ns in q]
-    selects = [q for _, q in mine if q.lstrip().upper().startswith("SELECT") and f"`{mysql_db}`.`t`" in q
-               and "ROW_NUMBER" not in q and "WHERE" in q and "LIMIT" not in q
-               and "WHERE 1=0" not in q]  # Spark's schema probe reads no row
-    assert len(selects) >= 3 * 3 - 1, mine[:10]  # 3 chunks, up to 3 partitions each
-    for q in selects:
-        assert "`id` >" in q or "`id` <=" in q, q  # a key range, never a full scan
-    for _, q in mine:
-        upper = q.upper()
-        assert "LOCK TABLES" not in upper and "FOR UPDATE" not in upper and "LOCK IN SHARE MODE" not in upper, q
-    sessions = {tid for tid, q in mine if q in selects}
-    isolation = [q for tid, _, q in log if tid in sessions and "ISOLATION LEVEL" in q.upper()]
-    assert isolation and all("READ COMMITTED" in q.upper() for q in isolation), isolation
-    watermark_writes = [q for _, q in mine if q.upper().startswith("UPDATE") and cdc.wm_ns in q]
-    assert len(watermark_writes) == 2 * 3  # one LW and one HW per chunk
+        log = [(str(tid), q) for tid, q in cur.fetchall()]
+    mine = {tid for tid, q in log if mysql_db in q or cdc.wm_ns in q}
+    stmts = [(tid, q) for tid, q in log if tid in mine]
+    check_dump_statements(stmts, f"`{mysql_db}`.`t`", ("`id` >", "`id` <="), cdc.wm_ns, chunks=3, parallelism=3)
+    watermark_writes = [q for _, q in stmts if q.upper().startswith("UPDATE") and cdc.wm_ns in q]
     assert all("WHERE ID = 1" in q.upper().replace("`", "") for q in watermark_writes)
 
 
@@ -171,21 +201,9 @@ def test_postgres_chunk_selects_are_single_bounded_statements_without_locks(src_
     # '<time> [pid] LOG:  statement: ...' or '... LOG:  execute <unnamed>: ...' (JDBC)
     stmts = [(pid, q) for pid, q in re.findall(
         r"\[(\d+)\] LOG:  (?:statement|execute [^:]*): (.*)", text)]
-    table = f'"{src_db.name}"."t"'
-    selects = [(pid, q) for pid, q in stmts if q.upper().startswith("SELECT") and table in q
-               and "WHERE" in q and "LIMIT" not in q and "1=0" not in q.replace(" ", "")]
-    assert len(selects) >= 3 * 3 - 1, stmts[:10]  # 3 chunks, up to 3 partitions each
-    for _, q in selects:
-        assert '"id" >' in q or '"id" <=' in q, q  # a key range, never a full scan
-    for _, q in stmts:
-        upper = q.upper()
-        assert "LOCK TABLE" not in upper and "FOR UPDATE" not in upper and "FOR SHARE" not in upper, q
-    sessions = {pid for pid, _ in selects}
-    isolation = [q for pid, q in stmts if pid in sessions and "ISOLATION LEVEL" in q.upper()]
-    assert len({pid for pid, q in stmts if pid in sessions and "ISOLATION LEVEL" in q.upper()}) == len(sessions)
-    assert all("READ COMMITTED" in q.upper() for q in isolation), isolation
+    check_dump_statements(stmts, f'"{src_db.name}"."t"', ('"id" >', '"id" <='), cdc.wm_ns,
+                          chunks=3, parallelism=3)
     watermark_writes = [q for _, q in stmts if q.upper().startswith("UPDATE") and cdc.wm_ns in q]
-    assert len(watermark_writes) == 2 * 3  # one LW and one HW per chunk
     assert all(q.endswith("WHERE id = 1") for q in watermark_writes), watermark_writes
 
 

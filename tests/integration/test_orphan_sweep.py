@@ -10,7 +10,7 @@ import pytest
 
 from airflow_provider_dblog.cli import status
 from airflow_provider_dblog.engine.apply import apply_run
-from airflow_provider_dblog.engine.dump import DumpSpec
+from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.state import RedisState
 from airflow_provider_dblog.engine.sweep import orphan_sweep

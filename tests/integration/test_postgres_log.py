@@ -15,7 +15,7 @@ from airflow_provider_dblog.engine.config import Endpoint, SourceConfig
 from airflow_provider_dblog.engine.errors import SchemaChangedError, SourceSetupError
 from airflow_provider_dblog.engine.events import DELETE, INSERT, UPDATE, rows_of
 from airflow_provider_dblog.engine.sources import open_source
-from airflow_provider_dblog.engine.sources.base import Idle, RowChange, TxnEnd, WatermarkSeen
+from airflow_provider_dblog.engine.sources.base import Idle, RowChange, TxnEnd
 from airflow_provider_dblog.engine.sources.postgres import lsn_to_int
 
 from helpers import POSTGRES_PORT, pg_connect, unique

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from airflow_provider_dblog.cli import check_spark
-from airflow_provider_dblog.engine.dump import DumpSpec
+from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.targets.postgres import target_table_name
 

@@ -12,16 +12,14 @@ import sys
 import threading
 import time
 
-import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
-from airflow_provider_dblog.engine.dump import DumpSpec
+from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.sources import open_source
 from airflow_provider_dblog.engine.sources.base import Idle, RowChange
-from airflow_provider_dblog.engine.state import RedisState
+from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.store import LOG_PREFIX
-from helpers import unique
+from helpers import crash, unique, wait_until
 
 
 def make_table(sdb) -> None:
@@ -97,23 +95,21 @@ def test_tail_killed_mid_segment_restarts_without_loss_or_duplicates(src_db, mak
     # the first tail runs as its own process, and is killed with SIGKILL mid-flight
     proc = subprocess.Popen([sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(cdc.path),
                              "tail", "--seconds", "600"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while cdc.state.checkpoint() is None:
+    def started():
         assert proc.poll() is None, proc.stderr.read().decode()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+        return cdc.state.checkpoint()
+    wait_until(started, 60, "the first tail's first checkpoint")
     first = cdc.state.checkpoint().resume
     independent = IndependentLog(cdc)
     writer = threading.Thread(target=write_forever, args=(src_db, stop, counter), daemon=True)
     writer.start()
-    while cdc.state.counters().get("flushes", 0) < 10:
-        time.sleep(0.05)
+    wait_until(lambda: cdc.state.counters().get("flushes", 0) >= 10, 60, "10 flushes of the first tail")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     killed_at = cdc.state.checkpoint().pos
     cdc.state.r.delete(cdc.state.k("lease"))  # a killed tail's lease would expire; don't wait
     cdc.start_tail()  # the second tail resumes from the checkpoint
-    time.sleep(1.0)
+    wait_until(lambda: cdc.state.checkpoint().pos > killed_at, 60, "the second tail passing the kill")
     stop.set()
     writer.join()
     cdc.drain()
@@ -131,38 +127,34 @@ def test_tail_killed_mid_segment_restarts_without_loss_or_duplicates(src_db, mak
     assert diff.equal, diff.describe()
 
 
-def test_crash_between_segment_write_and_checkpoint(src_db, make_cdc, monkeypatch):
+def test_crash_between_segment_write_and_checkpoint(src_db, make_cdc, tmp_path):
+    """The tail process dies (SIGKILL) inside a checkpoint commit: the segment's files are
+    written, its checkpoint never moves. The next tail rewrites that segment: stored once."""
     make_table(src_db)
     cdc = make_cdc(["t"], tail={"flush_events": 20, "flush_seconds": 0.05})
-    calls = {"n": 0}
-    real_commit = RedisState.commit
-
-    class Died(Exception):
-        pass
-
-    def dying_commit(self, token, pos, resume, watermarks, n_events):
-        calls["n"] += 1
-        if calls["n"] == 4:  # the segment files are written; the checkpoint never moves
-            raise Died()
-        return real_commit(self, token, pos, resume, watermarks, n_events)
-    monkeypatch.setattr(RedisState, "commit", dying_commit)
-    cdc.start_tail()
+    cdc.start_tail()  # the log's start position, then the crashing process takes over
     first = cdc.state.checkpoint().resume
+    cdc.stop_tail()
     independent = IndependentLog(cdc)
     stop, counter = threading.Event(), [0]
     writer = threading.Thread(target=write_forever, args=(src_db, stop, counter), daemon=True)
     writer.start()
-    deadline = time.monotonic() + 30
-    while cdc.tail_error is None:
-        assert time.monotonic() < deadline, "the injected crash never happened"
-        time.sleep(0.05)
-    assert isinstance(cdc.tail_error, Died)
-    cdc.tail_error = None
-    cdc.state.r.delete(cdc.state.k("lease"))
-    cdc.start_tail()
-    time.sleep(0.5)
-    stop.set()
-    writer.join()
+    try:
+        dying_at = Position.decode(crash("tail", cdc.path, tmp_path / "marker", "--at-commit", "4"))
+        cp = cdc.state.checkpoint().pos
+        assert cp < dying_at  # the commit it died in never happened
+        table = f"{src_db.name}.t"
+        beyond = [p for info in cdc.store._files(cdc.store.table_dir(table))
+                  if info.base_name.startswith(LOG_PREFIX)
+                  for p in pq.read_table(info.path, columns=["pos"])["pos"].to_pylist() if p >= cp.encode()]
+        assert beyond, "the dying segment's files were not written: this crash proves nothing"
+        cdc.state.r.delete(cdc.state.k("lease"))  # a killed tail's lease would expire; don't wait
+        cdc.start_tail()
+        wait_until(lambda: cdc.state.checkpoint().pos > dying_at, 60, "the restarted tail passing the crash")
+    finally:
+        stop.set()
+        writer.join()
     cdc.drain()
     cdc.stop_tail()
-    assert_exactly_once(cdc, f"{src_db.name}.t", first, independent)
+    assert counter[0] > 10
+    assert_exactly_once(cdc, table, first, independent)

@@ -27,7 +27,8 @@ import struct
 import pytest
 
 from airflow_provider_dblog.engine.apply import apply_local
-from airflow_provider_dblog.engine.dump import DumpRunner, DumpSpec
+from airflow_provider_dblog.engine.dump import DumpRunner
+from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.targets.postgres import PostgresTarget, target_table_name
 
 from helpers import POSTGRES_PORT, pg_connect, unique

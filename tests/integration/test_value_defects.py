@@ -19,7 +19,8 @@ import pytest
 
 from airflow_provider_dblog.cli import status
 from airflow_provider_dblog.engine.apply import apply_local
-from airflow_provider_dblog.engine.dump import DumpRunner, DumpSpec
+from airflow_provider_dblog.engine.dump import DumpRunner
+from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.errors import SourceSetupError
 from airflow_provider_dblog.engine.events import encode_key
 

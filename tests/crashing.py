@@ -1,0 +1,72 @@
+"""Processes that die by SIGKILL at a chosen point, for the crash tests (a crash test crashes:
+no exception, no ``finally``, no handler runs). Run as a script::
+
+    python tests/crashing.py tail --config dblog.yaml --at-commit 4 --marker FILE
+        # the tail dies inside its 4th checkpoint commit: that segment's files are written,
+        # its checkpoint never moves; FILE gets the position it was about to commit
+    python tests/crashing.py dump --config dblog.yaml --request ID --marker FILE
+        # a dump dies inside its next chunk's select, between the LW and the HW;
+        # FILE gets the window's id
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def tail(config: str, at_commit: int, marker: Path) -> None:
+    from airflow_provider_dblog.cli import main
+    from airflow_provider_dblog.engine.state import RedisState
+
+    real, calls = RedisState.commit, [0]
+
+    def commit(self, token, pos, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == at_commit:
+            marker.write_text(pos.encode())
+            die()
+        return real(self, token, pos, *args, **kwargs)
+    RedisState.commit = commit
+    main(["--config", config, "tail", "--seconds", "600"])
+
+
+def dump(config: str, request: str, marker: Path) -> None:
+    from airflow_provider_dblog.engine.config import load_config
+    from airflow_provider_dblog.engine.dump import DumpRunner
+    from airflow_provider_dblog.engine.sources import open_source
+    from airflow_provider_dblog.engine.state import RedisState
+    from airflow_provider_dblog.engine.store import EventStore
+
+    cfg = load_config(config)
+    scfg = cfg.source()
+    state = RedisState(cfg.redis_url, cfg.state_prefix, scfg.name)
+
+    class DyingReader:
+        def read(self, table, predicates, dest):
+            (window,) = [w for w in state.open_windows() if w.request == request]
+            marker.write_text(window.id)
+            die()
+    DumpRunner(open_source(scfg), state, EventStore(cfg.storage_root, scfg.name), DyingReader(),
+               cfg.dump).run(request)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("what", choices=("tail", "dump"))
+    p.add_argument("--config", required=True)
+    p.add_argument("--marker", required=True, type=Path)
+    p.add_argument("--at-commit", type=int, default=4)
+    p.add_argument("--request")
+    a = p.parse_args()
+    if a.what == "tail":
+        tail(a.config, a.at_commit, a.marker)
+    else:
+        dump(a.config, a.request, a.marker)
+    sys.exit(3)  # reaching here means the crash point was never reached
