@@ -119,7 +119,7 @@ class DBLogCreateDumpOperator(BaseOperator):
             if self.from_params:
                 return spec_from_params(dict((context or {}).get("params") or {}))
             return parse_spec(self.scope, self.table, self.keys, self.where, self.chunk_size, self.parallelism)
-        except ConfigError as e:
+        except INVALID_REQUEST_ERRORS as e:
             raise DBLogInvalidRequest(str(e)) from None
 
     def execute(self, context: Context) -> str:

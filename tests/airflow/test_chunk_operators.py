@@ -168,7 +168,8 @@ def test_missing_spark_connection_fails_before_the_window_opens(setup, context):
 def test_key_list_chunk_selects_in_process_and_reports_missing_keys(setup, tail, context, monkeypatch):
     def no_spark(*a, **kw):
         raise AssertionError("a key-list chunk must not go to Spark")
-    monkeypatch.setattr(DBLogChunkDumpOperator, "_spark_job", no_spark)
+    monkeypatch.setattr(DBLogChunkDumpOperator, "_select_on_spark", no_spark)
+    monkeypatch.setattr("airflow_provider_dblog.operators.chunk.check_spark_connection", no_spark)
     table = setup.tables[0]
     rid = submit(setup, DumpSpec("keys", [table], keys=[[5], [6], [999]]))
     out, seen, detail = one_chunk(setup, rid, context)

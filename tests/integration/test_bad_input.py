@@ -79,11 +79,12 @@ def test_bad_dump_requests_are_refused_before_anything_is_written(cdc, spec, err
 
 def test_cli_reports_bad_input_with_exit_code_2(cdc):
     head = source_written(cdc)
-    out = subprocess.run([sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(cdc.path),
-                          "dump", "--table", f"{cdc.db}.good", "--keys", "[1, 'x']"],
-                         capture_output=True, text=True)
-    assert out.returncode == 2
-    assert "--keys must be a JSON list" in out.stderr
+    for keys, words in (("[1, 'x']", "'x' is not an integer"),      # typed against the key
+                        ("[1, 2", "the keys are not a valid JSON list")):  # not a list at all
+        out = subprocess.run([sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(cdc.path),
+                              "dump", "--table", f"{cdc.db}.good", "--keys", keys],
+                             capture_output=True, text=True)
+        assert out.returncode == 2 and words in out.stderr, out.stderr
     out = subprocess.run([sys.executable, "-m", "airflow_provider_dblog.cli", "--config", str(cdc.path),
                           "dump", "--table", f"{cdc.db}.nopk"], capture_output=True, text=True)
     assert out.returncode == 2 and "no primary key" in out.stderr
