@@ -137,7 +137,7 @@ def spark_type(logical: str):
 
     from pyspark.sql import types as T
 
-    from airflow_provider_dblog.engine.schema import is_text_carried
+    from airflow_provider_dblog.engine.logical_types import is_text_carried
 
     m = re.match(r"^decimal\((\d+),(\d+)\)$", logical)
     if m:

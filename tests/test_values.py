@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.engine.errors import UncarriedValueError, ZeroDateError
-from airflow_provider_dblog.engine.events import encode_key, from_arrow, to_arrow
+from airflow_provider_dblog.engine.keys import encode_key
+from airflow_provider_dblog.engine.values import from_arrow, to_arrow
 from airflow_provider_dblog.engine.targets.pg_copy import column_text, copy_text
 from airflow_provider_dblog.engine.values import (
     INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, FarDate, FarTimestamp, civil_from_days, column_from_text,

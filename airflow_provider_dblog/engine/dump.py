@@ -27,13 +27,14 @@ import pyarrow as pa
 
 from .config import DumpConfig
 from .errors import ConfigError, DumpCancelledError, DumpPausedError
-from .events import encode_scalar
+from .keys import encode_scalar
 from .positions import ZERO
 from .reconcile import reconcile
 from .requests import DumpSpec, request_or_raise, validate_spec
 from .schema import TableSchema
 from .sources.base import Source
-from .state import RedisState, Window
+from .state import RedisState
+from .windows import Window
 from .store import EventStore
 from .sweep import orphan_sweep
 

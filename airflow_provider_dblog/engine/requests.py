@@ -10,7 +10,7 @@ from typing import Any
 
 from .config import DumpConfig
 from .errors import ConfigError, DumpCancelledError, InvalidKeyError
-from .events import encode_scalar
+from .keys import encode_scalar
 from .sources.base import Source
 from .state import RedisState
 

@@ -9,7 +9,7 @@ Logical type -> Python value (Arrow; PostgreSQL target):
 * bool, int8..int64, float32 (rounded to float32 on every path), float64;
 * decimal(p,s), p <= 38 -> Decimal (decimal128; numeric(p,s));
 * numeric / numeric(p,s) -> its exact text, 'NaN' and '±Infinity' included (string;
-  numeric[(p,s)]); keys compare by value (events.encode_key: 1.5 == 1.50);
+  numeric[(p,s)]); keys compare by value (keys.encode_key: 1.5 == 1.50);
 * string, json -> str (string; text, json); binary -> bytes (binary; bytea);
 * date -> date | values.FarDate; timestamp -> naive datetime | values.FarTimestamp;
   timestamptz -> the same in UTC (timestamp("us", "UTC"); timestamp(6) with time zone);
@@ -29,105 +29,9 @@ from typing import Any
 import pyarrow as pa
 
 from .errors import InvalidKeyError, NoPrimaryKeyError
+from .keys import encode_key, encode_key_array
+from .logical_types import DECIMAL_TYPE, NUMERIC_TYPE, arrow_type, check_type, is_text_carried, postgres_type  # noqa: F401
 from .values import FarDate, FarTimestamp, float32, numeric_text, parse_pg_date, parse_pg_timestamp
-
-_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
-_NUMERIC = re.compile(r"^numeric(?:\((\d+),(\d+)\))?$")
-
-_ARROW = {
-    "bool": pa.bool_(),
-    "int8": pa.int8(),
-    "int16": pa.int16(),
-    "int32": pa.int32(),
-    "int64": pa.int64(),
-    "float32": pa.float32(),
-    "float64": pa.float64(),
-    "string": pa.string(),
-    "json": pa.string(),
-    "binary": pa.binary(),
-    "date": pa.date32(),
-    "timestamp": pa.timestamp("us"),
-    "timestamptz": pa.timestamp("us", tz="UTC"),
-}
-
-_POSTGRES = {
-    "bool": "boolean",
-    "int8": "smallint",
-    "int16": "smallint",
-    "int32": "integer",
-    "int64": "bigint",
-    "float32": "real",
-    "float64": "double precision",
-    "string": "text",
-    "json": "json",
-    "binary": "bytea",
-    "date": "date",
-    "timestamp": "timestamp(6)",
-    "timestamptz": "timestamp(6) with time zone",
-}
-
-# "text:<sql type>": a value carried as the source's own text form (the string the
-# source prints and reads back unchanged), typed by <sql type> in a SQL target. Only
-# built-in PostgreSQL types whose text form round-trips exactly; the type text goes
-# into the target's DDL, so it is checked against this grammar.
-_TEXT_TYPES = {"uuid", "inet", "cidr", "macaddr", "macaddr8", "xml", "json", "jsonb", "interval",
-               "time", "time with time zone", "time without time zone", "bit", "bit varying",
-               "smallint", "integer", "bigint", "real", "double precision", "numeric", "boolean",
-               "text", "character varying", "character", "bytea", "date", "timestamp",
-               "timestamp with time zone", "timestamp without time zone"}
-_TEXT_TYPE = re.compile(
-    r"^(?P<base>[a-z][a-z ]*?)(?:\((?P<mods>\d+(?:,\d+)?)\))?"
-    r"(?P<tz> with(?:out)? time zone)?(?P<arr>(?:\[\])*)$")
-
-
-_INTERVAL_FIELDS = re.compile(
-    r"^interval(?: (?:year|month|day|hour|minute|second)(?: to (?:month|hour|minute|second))?)?$")
-
-
-def _text_sql_type(logical: str) -> str | None:
-    """The SQL type of a "text:<sql type>" logical type (None for any other type)."""
-    if not logical.startswith("text:"):
-        return None
-    sql_type = logical[5:]
-    m = _TEXT_TYPE.match(sql_type)
-    base = (m.group("base").strip() + (m.group("tz") or "")) if m else ""
-    if not m or not (base in _TEXT_TYPES or _INTERVAL_FIELDS.match(base)):
-        raise ValueError(f"unknown logical type {logical!r}")
-    return sql_type
-
-
-def is_text_carried(logical: str) -> bool:
-    """Carried as a Python str / Arrow string (text, JSON, numeric, text:<sql type>)."""
-    return logical in ("string", "json") or logical.startswith(("numeric", "text:"))
-
-
-def arrow_type(logical: str) -> pa.DataType:
-    m = _DECIMAL.match(logical)
-    if m:
-        return pa.decimal128(int(m.group(1)), int(m.group(2)))
-    if _NUMERIC.match(logical) or _text_sql_type(logical):
-        return pa.string()
-    try:
-        return _ARROW[logical]
-    except KeyError:
-        raise ValueError(f"unknown logical type {logical!r}") from None
-
-
-def postgres_type(logical: str) -> str:
-    """The column type of a logical type in a PostgreSQL target."""
-    m = _DECIMAL.match(logical) or _NUMERIC.match(logical)
-    if m:
-        return f"numeric({m.group(1)},{m.group(2)})" if m.group(1) else "numeric"
-    text = _text_sql_type(logical)
-    if text:
-        return text
-    return _POSTGRES[logical]
-
-
-def _check_type(logical: str) -> str:
-    arrow_type(logical)
-    return logical
-
 
 _INT_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 
@@ -161,7 +65,7 @@ def coerce_value(logical: str, value: Any) -> Any:
     """
     if value is None:
         raise ValueError("a key value cannot be null")
-    m = _DECIMAL.match(logical)
+    m = DECIMAL_TYPE.match(logical)
     if logical in _INT_RANGES:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ValueError(f"{value!r} is not an integer")
@@ -174,7 +78,7 @@ def coerce_value(logical: str, value: Any) -> Any:
         return v
     if m:
         return _coerce_decimal(value, int(m.group(1)), int(m.group(2)))
-    n = _NUMERIC.match(logical)
+    n = NUMERIC_TYPE.match(logical)
     if n:
         p, s = (int(n.group(1)), int(n.group(2))) if n.group(1) else (None, None)
         return numeric_text(_coerce_decimal(value, p, s))
@@ -232,11 +136,11 @@ def coerce_value(logical: str, value: Any) -> Any:
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # logical type, see _ARROW
+    type: str  # logical type, see logical_types
     nullable: bool = True
 
     def __post_init__(self) -> None:
-        _check_type(self.type)
+        check_type(self.type)
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -286,13 +190,11 @@ class TableSchema:
         return [self.column(k).type for k in self.key]
 
     def encode_key(self, values: Any) -> str:
-        """The canonical string of a key of this table (events.encode_key, typed)."""
-        from .events import encode_key
+        """The canonical string of a key of this table (keys.encode_key, typed)."""
         return encode_key(values, self.key_types)
 
     def key_array(self, columns: list) -> pa.Array:
         """encode_key of every row of the key columns (Arrow arrays, in key order)."""
-        from .events import encode_key_array
         return encode_key_array(columns, self.key_types)
 
     def row_struct(self) -> pa.StructType:
@@ -318,7 +220,7 @@ class TableSchema:
         return tuple(out)
 
     def decode_key(self, text: str) -> tuple:
-        """The inverse of events.encode_key, for keys stored as chunk progress."""
+        """The inverse of keys.encode_key, for keys stored as chunk progress."""
         return self.parse_key(json.loads(text))
 
     def to_dict(self) -> dict:

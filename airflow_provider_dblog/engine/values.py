@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import UncarriedValueError, ZeroDateError
+from .logical_types import arrow_type
 
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_DATE = EPOCH.date()
@@ -358,7 +359,6 @@ def column_from_text(logical: str, dialect: str,
     whose value cannot be carried ({row: reason}; those rows are null). The plain forms
     go through Arrow's casts; the rest (BC, infinity, zero dates, years past 9999) through
     the per-value parser of the dialect ("mysql" or "postgres")."""
-    from .schema import arrow_type
 
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -406,7 +406,6 @@ def _try_cast(arr: pa.Array, to: pa.DataType) -> pa.Array | None:
 def to_arrow(logical: str, values: list) -> pa.Array:
     """Python values of a logical type as its Arrow array (FarDate / FarTimestamp, and
     datetimes of a timestamptz column, included)."""
-    from .schema import arrow_type
 
     target = arrow_type(logical)
     if logical in ("timestamp", "timestamptz"):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from .config import SourceConfig, TargetConfig
-from .events import encode_key
+from .keys import encode_key
 from .schema import TableSchema
 from .values import comparable, comparable_key, pg_options
 

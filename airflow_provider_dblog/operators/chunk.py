@@ -32,7 +32,7 @@ from ..engine.dump import ChunkTask, DumpRunner, fail_window
 from ..engine.errors import DumpCancelledError, DumpPausedError
 from ..engine.jobs import JobReport
 from ..engine.requests import UnknownRequestError
-from ..engine.state import Window
+from ..engine.windows import Window
 from ..exceptions import DBLogInvalidRequest
 from ..hooks.dblog import DBLogHook
 from .spark import check_spark_connection, job_settings, submit_and_report

@@ -22,7 +22,8 @@ from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferralError, Task
 
 from ..engine.dump import fail_window
 from ..engine.errors import WatermarkError
-from ..engine.state import RedisState, Window
+from ..engine.state import RedisState
+from ..engine.windows import Window
 from ..exceptions import DBLogInvalidRequest, DBLogWindowFailed
 from ..hooks.dblog import DBLogHook
 from ..operators.chunk import window_from_xcom

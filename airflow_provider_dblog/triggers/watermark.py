@@ -8,7 +8,7 @@ connects to the source database. It fires one event:
 
 * ``{"status": "success", "window": id, "lw": pos, "hw": pos, "waited_s": s}``;
 * ``{"status": "error", "window": id, "message": ...}``: a watermark seen twice, the HW
-  not after the LW, the LW before the window opened (``engine.state.WindowLook``: the
+  not after the LW, the LW before the window opened (``engine.windows.WindowLook``: the
   engine's own wait and the sensor's poke make the same checks on the same keys), the
   window closed meanwhile, or the config unreadable in the triggerer;
 * ``{"status": "timeout", "window": id, "message": "... Is the log tail running?"}``.
@@ -28,7 +28,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..engine.errors import WatermarkError
-from ..engine.state import AsyncWindowReader, Window, WindowLook
+from ..engine.windows import AsyncWindowReader, Window, WindowLook
 from .config import load_config_async
 
 

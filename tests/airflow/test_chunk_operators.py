@@ -213,7 +213,7 @@ def test_a_late_finish_of_an_abandoned_window_moves_nothing(setup, tail, context
     """The engine guard under the operators: complete_chunk refuses a window closed meanwhile."""
     from airflow_provider_dblog.engine.dump import ChunkTask
     from airflow_provider_dblog.engine.errors import WatermarkError
-    from airflow_provider_dblog.engine.state import Window
+    from airflow_provider_dblog.engine.windows import Window
 
     table = setup.tables[0]
     rid = submit(setup, DumpSpec("keys", [table], keys=[[1], [2]]))

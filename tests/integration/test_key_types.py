@@ -18,7 +18,7 @@ import pytest
 from airflow_provider_dblog.engine.apply import apply_local
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.requests import DumpSpec
-from airflow_provider_dblog.engine.events import encode_scalar
+from airflow_provider_dblog.engine.keys import encode_scalar
 
 # name -> (key columns DDL, value expression of the key from n = 1..N, as SQL)
 MARIADB_TABLES = {

@@ -22,7 +22,7 @@ from airflow_provider_dblog.engine.apply import apply_local
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.errors import SourceSetupError
-from airflow_provider_dblog.engine.events import encode_key
+from airflow_provider_dblog.engine.keys import encode_key
 
 from helpers import mysql_connect
 

@@ -34,7 +34,8 @@ from psycopg2 import sql
 
 from ..config import TargetConfig
 from ..positions import Position
-from ..schema import TableSchema, is_text_carried
+from ..logical_types import is_text_carried
+from ..schema import TableSchema
 from ..values import comparable_key, float32, parse_pg_date, parse_pg_timestamp, pg_options, to_arrow
 from .pg_copy import copy_rows
 
