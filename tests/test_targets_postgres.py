@@ -21,6 +21,8 @@ from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.schema import Column, TableSchema
 from airflow_provider_dblog.engine.targets import PostgresTarget, stage_table_name, target_table_name
 
+from helpers import wait_until
+
 PG_PORT = int(os.environ.get("DBLOG_TEST_POSTGRES_PORT", "15432"))
 SOURCE = "src"
 
@@ -239,6 +241,13 @@ def test_composite_keys(target):
     assert got == [(1, "a", 5), (2, "a", 3), (2, "b", 7)]
 
 
+def _waiting_on_advisory_lock(conn) -> bool:
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
+        return cur.fetchone()[0] == 1
+
+
 def test_merge_waits_for_the_table_lock(target, pg_endpoint):
     """Two applies of the same table never interleave: the merge waits for the advisory lock."""
     target.ensure_table(ORDERS)
@@ -249,7 +258,12 @@ def test_merge_waits_for_the_table_lock(target, pg_endpoint):
     done = threading.Event()
     t = threading.Thread(target=lambda: (target.merge_from_stage(ORDERS, name, SOURCE, P(20)), done.set()))
     t.start()
-    time.sleep(0.5)
+    watcher = psycopg2.connect(host="127.0.0.1", port=PG_PORT, user="postgres", dbname=pg_endpoint.database)
+    watcher.autocommit = True
+    try:   # the merge's session is seen queued on the advisory lock (not a sleep: an observation)
+        wait_until(lambda: _waiting_on_advisory_lock(watcher), 10, "the merge did not queue on the table lock")
+    finally:
+        watcher.close()
     assert not done.is_set()
     other.commit()
     t.join(10)
