@@ -9,7 +9,6 @@ import datetime as dt
 import decimal
 import os
 import threading
-import time
 import uuid
 
 import psycopg2

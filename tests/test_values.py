@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from airflow_provider_dblog.engine.errors import UncarriedValueError, ZeroDateError
 from airflow_provider_dblog.engine.keys import encode_key
-from airflow_provider_dblog.engine.values import from_arrow, to_arrow
+from airflow_provider_dblog.engine.arrow_values import column_from_text, from_arrow, to_arrow
 from airflow_provider_dblog.engine.targets.pg_copy import column_text, copy_text
 from airflow_provider_dblog.engine.values import (
-    INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, FarDate, FarTimestamp, civil_from_days, column_from_text,
+    INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, FarDate, FarTimestamp, civil_from_days,
     date_days, date_from_days, days_from_civil, float32, numeric_key, numeric_text, parse_mysql_datetime,
     parse_pg_date, parse_pg_timestamp, pg_date_text, pg_options, pg_set_statements, pg_timestamp_text,
     timestamp_from_us, timestamp_us)

@@ -15,7 +15,7 @@ import pyarrow as pa
 from .keys import encode_key, encode_key_array
 from .positions import Position
 from .schema import TableSchema
-from .values import from_arrow, to_arrow
+from .arrow_values import from_arrow, to_arrow
 
 INSERT, UPDATE, DELETE, SNAPSHOT = "insert", "update", "delete", "snapshot"
 OPS = (INSERT, UPDATE, DELETE, SNAPSHOT)

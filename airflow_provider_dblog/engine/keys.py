@@ -14,7 +14,8 @@ from typing import Any, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .values import FarDate, FarTimestamp, float32, from_arrow, numeric_key, numeric_text
+from .arrow_values import from_arrow
+from .values import FarDate, FarTimestamp, float32, numeric_key, numeric_text
 
 
 def _canonical(value: Any, logical: str | None = None) -> Any:

@@ -9,7 +9,7 @@ anywhere: dates and timestamps never cross JDBC as ``java.sql`` types (the sourc
 select them as text, and the apply stages them with ``COPY``).
 
 Text parsers: one per source dialect, used by every path that reads text (the
-PostgreSQL log, ``select_keys``, the Spark chunk select): :func:`column_from_text`
+PostgreSQL log, ``select_keys``, the Spark chunk select): ``arrow_values.column_from_text``
 is the vectorized form of the per-value parsers and gives the same values (a
 property test holds them equal). A value that cannot be carried exactly (a MySQL
 zero date, a timestamp past Arrow's range) raises :class:`UncarriedValueError`.
@@ -23,14 +23,10 @@ import decimal
 import re
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from .errors import UncarriedValueError, ZeroDateError
-from .logical_types import arrow_type
 
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_DATE = EPOCH.date()
@@ -252,7 +248,7 @@ def float32(v: float) -> float:
         raise ValueError(f"{v!r} is out of range for a 4-byte float") from None
 
 
-_NUMERIC_TEXT = re.compile(r"^-?\d+(\.\d+)?$|^(NaN|-?Infinity)$")
+NUMERIC_TEXT = re.compile(r"^-?\d+(\.\d+)?$|^(NaN|-?Infinity)$")
 
 
 def numeric_text(value: decimal.Decimal | int | str) -> str:
@@ -321,107 +317,3 @@ def comparable_key(logical: str, v: Any) -> Any:
     if v is not None and logical.startswith("numeric"):
         return numeric_key(str(v))
     return comparable(logical, v)
-
-
-# -- vectorized text -> Arrow --------------------------------------------------------
-# the forms Arrow's own string casts read exactly as the per-value parsers do
-_PLAIN_DATE = r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
-_PLAIN_TS = _PLAIN_DATE + r" \d\d:\d\d:\d\d(\.\d{1,6})?"
-
-
-def _by_value(arr: pa.Array, parse: Callable[[str], Any], to_int: Callable[[Any], int],
-              int_type: pa.DataType, errors: dict[int, UncarriedValueError],
-              fast: pa.Array | None = None) -> pa.Array:
-    """``arr`` parsed per value where ``fast`` (the Arrow-cast result, as integers) has no
-    value; unparseable values go to ``errors`` and become null."""
-    values = arr.to_pylist()
-    out = np.zeros(len(values), dtype=np.int64)
-    valid = np.zeros(len(values), dtype=bool)
-    if fast is not None:
-        f_valid = fast.is_valid().to_numpy(zero_copy_only=False)
-        out[f_valid] = fast.fill_null(0).to_numpy(zero_copy_only=False)[f_valid]
-        valid |= f_valid
-    for i, text in enumerate(values):
-        if text is None or valid[i]:
-            continue
-        try:
-            out[i] = to_int(parse(text))
-            valid[i] = True
-        except UncarriedValueError as e:
-            errors[i] = e
-    ints = pa.array(out, pa.int64(), mask=~valid)
-    return ints.cast(pa.int32()).cast(int_type) if pa.types.is_date32(int_type) else ints.cast(int_type)
-
-
-def column_from_text(logical: str, dialect: str,
-                     arr: pa.Array) -> tuple[pa.Array, dict[int, UncarriedValueError]]:
-    """A column a source printed as text, in the logical type's Arrow form, and the rows
-    whose value cannot be carried ({row: reason}; those rows are null). The plain forms
-    go through Arrow's casts; the rest (BC, infinity, zero dates, years past 9999) through
-    the per-value parser of the dialect ("mysql" or "postgres")."""
-
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    arr = arr.cast(pa.string())
-    errors: dict[int, UncarriedValueError] = {}
-    target = arrow_type(logical)
-    if logical in ("timestamp", "timestamptz"):
-        aware = logical == "timestamptz" and dialect == "postgres"
-        suffix = r"\+00" if aware else ""
-        plain = pc.match_substring_regex(arr, f"^{_PLAIN_TS}{suffix}$")
-        cast_in = pc.replace_substring_regex(arr, r"\+00$", "") if aware else arr
-        fast = _try_cast(pc.if_else(plain, cast_in, None), pa.timestamp("us"))
-        fast_us = fast.cast(pa.int64()) if fast is not None else None
-        if fast is not None and pc.all(pc.or_kleene(plain, arr.is_null())).as_py() is not False:
-            return fast_us.cast(target), errors
-        parse = ((lambda t: parse_pg_timestamp(t, aware)) if dialect == "postgres"
-                 else parse_mysql_datetime)
-        return _by_value(arr, parse, timestamp_us, target, errors, fast_us), errors
-    if logical == "date":
-        plain = pc.match_substring_regex(arr, f"^{_PLAIN_DATE}$")
-        fast = _try_cast(pc.if_else(plain, arr, None), pa.date32())
-        fast_days = fast.cast(pa.int32()).cast(pa.int64()) if fast is not None else None
-        if fast is not None and pc.all(pc.or_kleene(plain, arr.is_null())).as_py() is not False:
-            return fast, errors
-        parse = (parse_pg_date if dialect == "postgres"
-                 else (lambda t: parse_mysql_datetime(t, date_only=True)))
-        return _by_value(arr, parse, date_days, target, errors, fast_days), errors
-    if logical.startswith("numeric"):
-        if pc.all(pc.or_kleene(pc.match_substring_regex(arr, _NUMERIC_TEXT.pattern),
-                               arr.is_null())).as_py() is not False:
-            return arr, errors
-        return pa.array([None if v is None else numeric_text(v) for v in arr.to_pylist()],
-                        pa.string()), errors
-    return arr.cast(target), errors
-
-
-def _try_cast(arr: pa.Array, to: pa.DataType) -> pa.Array | None:
-    try:
-        return arr.cast(to)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None   # e.g. a day that does not exist: the per-value parser says which
-
-
-# -- Python values -> Arrow ------------------------------------------------------------
-def to_arrow(logical: str, values: list) -> pa.Array:
-    """Python values of a logical type as its Arrow array (FarDate / FarTimestamp, and
-    datetimes of a timestamptz column, included)."""
-
-    target = arrow_type(logical)
-    if logical in ("timestamp", "timestamptz"):
-        return pa.array([None if v is None else timestamp_us(v) for v in values], pa.int64()).cast(target)
-    if logical == "date":
-        return pa.array([None if v is None else date_days(v) for v in values], pa.int32()).cast(target)
-    return pa.array(values, target)
-
-
-def from_arrow(logical: str, arr: pa.Array) -> list:
-    """The inverse of to_arrow: an Arrow array of a logical type as Python values
-    (never an OverflowError: out-of-range values come back as FarDate / FarTimestamp)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if logical in ("timestamp", "timestamptz"):
-        return [None if v is None else timestamp_from_us(v) for v in arr.cast(pa.int64()).to_pylist()]
-    if logical == "date":
-        return [None if v is None else date_from_days(v) for v in arr.cast(pa.int32()).to_pylist()]
-    return arr.to_pylist()

@@ -13,7 +13,7 @@ import pyarrow as pa
 from ..config import SourceConfig, check_identifier
 from ..errors import SchemaChangedError, SourceSetupError, UncarriedValueError, ZeroDateError
 from ..schema import TableSchema
-from ..values import column_from_text, from_arrow, to_arrow
+from ..arrow_values import column_from_text, from_arrow, to_arrow
 from .base import ChunkPlan
 
 WATERMARK_TABLE = "watermark"

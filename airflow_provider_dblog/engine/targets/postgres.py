@@ -36,7 +36,8 @@ from ..config import TargetConfig
 from ..positions import Position
 from ..logical_types import is_text_carried
 from ..schema import TableSchema
-from ..values import comparable_key, float32, parse_pg_date, parse_pg_timestamp, pg_options, to_arrow
+from ..arrow_values import to_arrow
+from ..values import comparable_key, float32, parse_pg_date, parse_pg_timestamp, pg_options
 from .pg_copy import copy_rows
 
 log = logging.getLogger(__name__)
