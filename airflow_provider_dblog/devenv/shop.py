@@ -21,7 +21,31 @@ def sizes_for(rows: int) -> dict[str, int]:
             "shop.order_items": max(1, rows - n_cust - n_ord)}
 
 
-class MySQLShop:
+class _Shop:
+    """What both dialects share: the config, and seeding by server-side generation
+    (a million rows in seconds)."""
+
+    def __init__(self, cfg: SourceConfig):
+        self.cfg = cfg
+
+    def connect(self, database: str | None = None):
+        raise NotImplementedError
+
+    def generate(self, cur, n_cust: int, n_ord: int, n_items: int) -> None:
+        """Generate the rows of the three tables (customers, orders, order items)."""
+        raise NotImplementedError
+
+    def seed(self, rows: int) -> dict[str, int]:
+        """About *rows* rows over the three tables; their counts by table."""
+        sizes = sizes_for(rows)
+        conn = self.connect()
+        with conn.cursor() as cur:
+            self.generate(cur, *(sizes[t] for t in TABLES))
+        conn.close()
+        return sizes
+
+
+class MySQLShop(_Shop):
     """Database ``shop`` on MariaDB/MySQL."""
     integrity_errors = (pymysql.err.IntegrityError,)
     ddl = [
@@ -45,9 +69,6 @@ class MySQLShop:
                        "created_at = NOW(6) WHERE id = %s")
     insert_order = "INSERT INTO orders VALUES (%s,%s,%s,'new',NOW(6),NULL)"
 
-    def __init__(self, cfg: SourceConfig):
-        self.cfg = cfg
-
     def connect(self, database: str | None = "shop"):
         e = self.cfg.endpoint
         return pymysql.connect(host=e.host, port=e.port, user=e.user, password=e.password,
@@ -63,34 +84,28 @@ class MySQLShop:
                 cur.execute(ddl)
         conn.close()
 
-    def seed(self, rows: int) -> dict[str, int]:
-        """Server-side generation (MariaDB's sequence engine): a million rows in seconds."""
-        sizes = sizes_for(rows)
-        n_cust, n_ord, n_items = (sizes[t] for t in TABLES)
-        conn = self.connect()
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION sql_log_bin = 0")  # the seed is state, not history
-            cur.execute(f"""INSERT INTO customers
-                SELECT seq, CONCAT('customer ', seq), IF(seq % 7 = 0, NULL, CONCAT('c', seq, '@example.com')),
-                       ROUND((seq % 100000) / 7, 2), TIMESTAMP('2024-01-01') + INTERVAL seq * 1.000001 SECOND,
-                       IF(seq % 5 = 0, NULL, JSON_OBJECT('tier', seq % 4, 'tags', JSON_ARRAY('a', seq % 10))),
-                       IF(seq % 3 = 0, NULL, UNHEX(MD5(seq))), NULL
-                FROM seq_1_to_{n_cust}""")
-            cur.execute(f"""INSERT INTO orders
-                SELECT seq, 1 + (seq * 7919) % {n_cust}, ROUND((seq % 50000) / 3, 2),
-                       ELT(1 + seq % 4, 'new', 'paid', 'shipped', 'done'),
-                       TIMESTAMP('2024-06-01') + INTERVAL seq * 2.000003 SECOND,
-                       IF(seq % 2 = 0, JSON_OBJECT('channel', 'web', 'n', seq), NULL)
-                FROM seq_1_to_{n_ord}""")
-            cur.execute(f"""INSERT INTO order_items
-                SELECT 1 + (seq - 1) DIV 3, 1 + (seq - 1) % 3, CONCAT('SKU-', seq % 997),
-                       1 + seq % 5, ROUND((seq % 9999) / 10, 2)
-                FROM seq_1_to_{n_items}""")
-        conn.close()
-        return sizes
+    def generate(self, cur, n_cust: int, n_ord: int, n_items: int) -> None:
+        """MariaDB's sequence engine."""
+        cur.execute("SET SESSION sql_log_bin = 0")  # the seed is state, not history
+        cur.execute(f"""INSERT INTO customers
+            SELECT seq, CONCAT('customer ', seq), IF(seq % 7 = 0, NULL, CONCAT('c', seq, '@example.com')),
+                   ROUND((seq % 100000) / 7, 2), TIMESTAMP('2024-01-01') + INTERVAL seq * 1.000001 SECOND,
+                   IF(seq % 5 = 0, NULL, JSON_OBJECT('tier', seq % 4, 'tags', JSON_ARRAY('a', seq % 10))),
+                   IF(seq % 3 = 0, NULL, UNHEX(MD5(seq))), NULL
+            FROM seq_1_to_{n_cust}""")
+        cur.execute(f"""INSERT INTO orders
+            SELECT seq, 1 + (seq * 7919) % {n_cust}, ROUND((seq % 50000) / 3, 2),
+                   ELT(1 + seq % 4, 'new', 'paid', 'shipped', 'done'),
+                   TIMESTAMP('2024-06-01') + INTERVAL seq * 2.000003 SECOND,
+                   IF(seq % 2 = 0, JSON_OBJECT('channel', 'web', 'n', seq), NULL)
+            FROM seq_1_to_{n_ord}""")
+        cur.execute(f"""INSERT INTO order_items
+            SELECT 1 + (seq - 1) DIV 3, 1 + (seq - 1) % 3, CONCAT('SKU-', seq % 997),
+                   1 + seq % 5, ROUND((seq % 9999) / 10, 2)
+            FROM seq_1_to_{n_items}""")
 
 
-class PostgresShop:
+class PostgresShop(_Shop):
     """Schema ``shop`` in the source's database on PostgreSQL (REPLICA IDENTITY FULL)."""
     integrity_errors = (psycopg2.IntegrityError,)
     ddl = [
@@ -112,9 +127,6 @@ class PostgresShop:
                        "profile = jsonb_set(COALESCE(profile, '{}'), '{v}', to_jsonb(%s::int)), "
                        "created_at = clock_timestamp() WHERE id = %s")
     insert_order = "INSERT INTO orders VALUES (%s,%s,%s,'new',clock_timestamp(),NULL)"
-
-    def __init__(self, cfg: SourceConfig):
-        self.cfg = cfg
 
     def connect(self, database: str | None = None):
         e = self.cfg.endpoint
@@ -144,34 +156,28 @@ class PostgresShop:
                 cur.execute(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
         conn.close()
 
-    def seed(self, rows: int) -> dict[str, int]:
-        """Server-side generation (generate_series), before the slot exists: state, not history."""
-        sizes = sizes_for(rows)
-        n_cust, n_ord, n_items = (sizes[t] for t in TABLES)
-        conn = self.connect()
-        with conn.cursor() as cur:
-            cur.execute(f"""INSERT INTO customers
-                SELECT seq, 'customer ' || seq,
-                       CASE WHEN seq % 7 = 0 THEN NULL ELSE 'c' || seq || '@example.com' END,
-                       ROUND((seq % 100000) / 7.0, 2),
-                       TIMESTAMP '2024-01-01' + seq * INTERVAL '1.000001 second',
-                       CASE WHEN seq % 5 = 0 THEN NULL ELSE jsonb_build_object(
-                           'tier', seq % 4, 'tags', jsonb_build_array('a', seq % 10)) END,
-                       CASE WHEN seq % 3 = 0 THEN NULL ELSE decode(md5(seq::text), 'hex') END, NULL
-                FROM generate_series(1, {n_cust}::bigint) AS s(seq)""")
-            cur.execute(f"""INSERT INTO orders
-                SELECT seq, 1 + (seq * 7919) % {n_cust}, ROUND((seq % 50000) / 3.0, 2),
-                       (ARRAY['new', 'paid', 'shipped', 'done'])[1 + seq % 4],
-                       TIMESTAMP '2024-06-01' + seq * INTERVAL '2.000003 second',
-                       CASE WHEN seq % 2 = 0 THEN jsonb_build_object('channel', 'web', 'n', seq) END
-                FROM generate_series(1, {n_ord}::bigint) AS s(seq)""")
-            cur.execute(f"""INSERT INTO order_items
-                SELECT 1 + (seq - 1) / 3, 1 + (seq - 1) % 3, 'SKU-' || seq % 997,
-                       1 + seq % 5, ROUND((seq % 9999) / 10.0, 2)
-                FROM generate_series(1, {n_items}::bigint) AS s(seq)""")
-            cur.execute("ANALYZE")
-        conn.close()
-        return sizes
+    def generate(self, cur, n_cust: int, n_ord: int, n_items: int) -> None:
+        """generate_series, before the slot exists: state, not history."""
+        cur.execute(f"""INSERT INTO customers
+            SELECT seq, 'customer ' || seq,
+                   CASE WHEN seq % 7 = 0 THEN NULL ELSE 'c' || seq || '@example.com' END,
+                   ROUND((seq % 100000) / 7.0, 2),
+                   TIMESTAMP '2024-01-01' + seq * INTERVAL '1.000001 second',
+                   CASE WHEN seq % 5 = 0 THEN NULL ELSE jsonb_build_object(
+                       'tier', seq % 4, 'tags', jsonb_build_array('a', seq % 10)) END,
+                   CASE WHEN seq % 3 = 0 THEN NULL ELSE decode(md5(seq::text), 'hex') END, NULL
+            FROM generate_series(1, {n_cust}::bigint) AS s(seq)""")
+        cur.execute(f"""INSERT INTO orders
+            SELECT seq, 1 + (seq * 7919) % {n_cust}, ROUND((seq % 50000) / 3.0, 2),
+                   (ARRAY['new', 'paid', 'shipped', 'done'])[1 + seq % 4],
+                   TIMESTAMP '2024-06-01' + seq * INTERVAL '2.000003 second',
+                   CASE WHEN seq % 2 = 0 THEN jsonb_build_object('channel', 'web', 'n', seq) END
+            FROM generate_series(1, {n_ord}::bigint) AS s(seq)""")
+        cur.execute(f"""INSERT INTO order_items
+            SELECT 1 + (seq - 1) / 3, 1 + (seq - 1) % 3, 'SKU-' || seq % 997,
+                   1 + seq % 5, ROUND((seq % 9999) / 10.0, 2)
+            FROM generate_series(1, {n_items}::bigint) AS s(seq)""")
+        cur.execute("ANALYZE")
 
 
 SHOPS = {"mysql": MySQLShop, "postgres": PostgresShop}

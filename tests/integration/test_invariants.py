@@ -177,12 +177,12 @@ def test_postgres_chunk_selects_are_single_bounded_statements_without_locks(src_
     the source database only): key-range SELECTs in READ COMMITTED sessions, single-row
     watermark UPDATEs, no LOCK TABLE / FOR UPDATE / FOR SHARE."""
     import re
-    from airflow_provider_dblog.devenv.servers import _pg_paths, default_base
+    from airflow_provider_dblog.devenv.servers import POSTGRES, default_base
     make_table(src_db, 30_000)
     cdc = make_cdc(["t"], dump={"chunk_size": 10_000, "parallelism": 3})
     cdc.start_tail()
     rid = cdc.request(DumpSpec("table", [f"{src_db.name}.t"]))
-    log_path = _pg_paths(default_base())["log"]
+    log_path = POSTGRES.paths(default_base()).log
     with pg_connect() as admin:
         admin.autocommit = True
         with admin.cursor() as cur:
