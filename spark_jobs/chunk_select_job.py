@@ -8,14 +8,13 @@ The chunk is ``engine.dump.ChunkTask.to_dict()`` as the Airflow chunk operator p
 it; the window (its LW already written) belongs to the operator too: this job only
 reads the key range, one JDBC partition per predicate, and writes the rows as Parquet
 to the window's chunk location (``EventStore.chunk_uri``), where the reconcile step
-reads them. It touches neither Redis nor the watermark table. Prints
-``DBLOG_RESULT {"rows": n, ...}``; exits 1 with ``DBLOG_ERROR <message>`` on failure.
+reads them. It touches neither Redis nor the watermark table. Its result (the job
+result protocol, ``spark_jobs/common.py``) is ``{"rows": n, ...}``.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 
@@ -23,13 +22,12 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(1, _ROOT)
 
-from spark_jobs.common import SparkChunkReader, load, run_job, spark_session  # noqa: E402
+from spark_jobs.common import (SparkChunkReader, close_job, job_parser, load, log_to_stderr, ran_on,  # noqa: E402
+                               run_job, spark_session)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="chunk_select_job", description=__doc__.split("\n")[0])
-    p.add_argument("--config", required=True, help="the dblog YAML config")
-    p.add_argument("--source", default=None, help="source name (optional with one source)")
+    p = job_parser("chunk_select_job", __doc__)
     task = p.add_mutually_exclusive_group(required=True)
     task.add_argument("--chunk", help="the chunk task as JSON (ChunkTask.to_dict())")
     task.add_argument("--chunk-file", help="a file holding the chunk task's JSON")
@@ -56,8 +54,7 @@ def load_task(args: argparse.Namespace):
 def main(argv: list[str] | None = None) -> dict:
     from airflow_provider_dblog.engine.wiring import Wiring
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_to_stderr()
     args = parse_args(argv)
     task = load_task(args)  # bad input fails before Spark starts
     cfg = load(args.config)
@@ -73,13 +70,10 @@ def main(argv: list[str] | None = None) -> dict:
         reader = SparkChunkReader(spark, source)
         dest = store.chunk_uri(task.request, task.table, args.window_id)
         rows = reader.read(schema, task.predicates, dest)
-        return {"rows": rows.num_rows, "source": scfg.name, "table": task.table,
-                "spark_master": spark.sparkContext.master, "app_id": spark.sparkContext.applicationId,
+        return {"rows": rows.num_rows, "source": scfg.name, "table": task.table, **ran_on(spark),
                 "request": task.request, "window": args.window_id, "dest": dest, **reader.last_stats}
     finally:
-        source.close()
-        if spark is not None:
-            spark.stop()
+        close_job(source, spark)
 
 
 if __name__ == "__main__":

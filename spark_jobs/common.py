@@ -1,14 +1,30 @@
-"""What the Spark jobs share: the session, the config, the result line, the chunk reader.
+"""What the Spark jobs share: the arguments, the session, the config, the result, the chunk reader.
 
-The jobs are started by ``spark-submit`` (see ``airflow_provider_dblog.engine.jobs``)
-and report one final stdout line ``DBLOG_RESULT <json>``; on failure they print
-``DBLOG_ERROR <message>`` and exit non-zero. Only this package imports pyspark.
+The job result protocol. The launcher (``airflow_provider_dblog.engine.jobs``: the
+``dblog`` command's ``run_spark_job`` and the operators, through ``JobReport``) creates
+an empty JSON file and names it on the job's command line, ``--result-file PATH``. A
+job is a ``main(argv) -> dict`` run by ``run_job``, which takes that argument off
+before ``main`` sees the others and then
+
+* on success writes ``{"result": <the dict>}`` to the file, prints one last stdout line
+  ``DBLOG_RESULT <the dict as JSON>`` and exits 0;
+* on any error prints the traceback to stderr, writes ``{"error": "<Type>: <message>"}``,
+  prints ``DBLOG_ERROR <Type>: <message>`` (on one line) and exits 1. ``SystemExit`` (a
+  bad argument: argparse's usage, exit 2) passes through without a report.
+
+The file is written once, through a ``.part`` file renamed into place, so the launcher
+never reads half of it; it is what the launcher believes (``JobReport.outcome``: no
+report, or a non-zero exit, is a failure too). The two stdout lines are for people
+reading the job's log. Positions, decimals, dates and bytes in a result are written as
+text (``_json_default``). Only this package imports pyspark.
 """
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import decimal
 import json
+import logging
 import os
 import sys
 import traceback
@@ -128,6 +144,36 @@ def run_job(main: Callable[[list[str] | None], dict], argv: list[str] | None = N
     sys.stdout.write(RESULT_PREFIX + json.dumps(result, default=_json_default) + "\n")
     sys.stdout.flush()
     return 0
+
+
+def job_parser(prog: str, doc: str, *, source: bool = True) -> argparse.ArgumentParser:
+    """The job's command line with what every job takes: ``--config`` (and ``--source``);
+    its description is the first line of ``doc`` (the job module's docstring)."""
+    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
+    p.add_argument("--config", required=True, help="the dblog YAML config")
+    if source:
+        p.add_argument("--source", default=None, help="source name (optional with one source)")
+    return p
+
+
+def log_to_stderr() -> None:
+    """The job's log on stderr: stdout carries the result line."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def ran_on(spark) -> dict[str, str]:
+    """Where the job ran, for its result: the Spark master and the application id."""
+    return {"spark_master": spark.sparkContext.master, "app_id": spark.sparkContext.applicationId}
+
+
+def close_job(source, spark) -> None:
+    """The end of a job that read a source: close the source, stop Spark (None: not started)."""
+    try:
+        source.close()
+    finally:
+        if spark is not None:
+            spark.stop()
 
 
 # -- types ----------------------------------------------------------------------

@@ -5,12 +5,11 @@
 Reports the master and the application id the driver got, the executors that ran its
 tasks (not the driver), the Python the executors run (``spark.pyspark.python``), and
 whether the storage root is shared: the executors write a small Parquet dataset under
-it and the driver reads it back (chunk selects and applies need exactly that). Prints
-``DBLOG_RESULT {...}``; exits 1 with ``DBLOG_ERROR <message>``.
+it and the driver reads it back (chunk selects and applies need exactly that). Reports
+as every job does (the job result protocol, ``spark_jobs/common.py``).
 """
 from __future__ import annotations
 
-import argparse
 import posixpath
 import sys
 import uuid
@@ -20,7 +19,7 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(1, _ROOT)
 
-from spark_jobs.common import load, read_parquet_arrow, run_job, spark_session, to_uri  # noqa: E402
+from spark_jobs.common import job_parser, load, read_parquet_arrow, run_job, spark_session, to_uri  # noqa: E402
 
 
 def _where(_):
@@ -31,8 +30,7 @@ def _where(_):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(prog="probe_job", description=__doc__.split("\n")[0])
-    p.add_argument("--config", required=True, help="the dblog YAML config")
+    p = job_parser("probe_job", __doc__, source=False)
     p.add_argument("--partitions", type=int, default=4)
     args = p.parse_args(argv)
     cfg = load(args.config)

@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import yaml
@@ -29,6 +29,7 @@ _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}$")
 SOURCE_KINDS = ("mysql", "postgres")
 TARGET_KINDS = ("postgres",)
+_Part = TypeVar("_Part")  # a configured source or target
 
 
 def _expand(value: Any, where: str, env: Mapping[str, str]) -> Any:
@@ -207,22 +208,21 @@ class Config:
     apply: ApplyConfig = field(default_factory=ApplyConfig)
 
     def source(self, name: str | None = None) -> SourceConfig:
-        if name is None:
-            if len(self.sources) != 1:
-                raise ConfigError(f"several sources configured, name one of: {', '.join(self.sources)}")
-            return next(iter(self.sources.values()))
-        if name not in self.sources:
-            raise ConfigError(f"unknown source {name!r}; configured: {', '.join(self.sources)}")
-        return self.sources[name]
+        return _named(self.sources, name, "source")
 
     def target(self, name: str | None = None) -> TargetConfig:
-        if name is None:
-            if len(self.targets) != 1:
-                raise ConfigError(f"several targets configured, name one of: {', '.join(self.targets)}")
-            return next(iter(self.targets.values()))
-        if name not in self.targets:
-            raise ConfigError(f"unknown target {name!r}; configured: {', '.join(self.targets)}")
-        return self.targets[name]
+        return _named(self.targets, name, "target")
+
+
+def _named(configured: dict[str, _Part], name: str | None, kind: str) -> _Part:
+    """The ``kind`` (source or target) called ``name``; None names the only one configured."""
+    if name is None:
+        if len(configured) != 1:
+            raise ConfigError(f"several {kind}s configured, name one of: {', '.join(configured)}")
+        return next(iter(configured.values()))
+    if name not in configured:
+        raise ConfigError(f"unknown {kind} {name!r}; configured: {', '.join(configured)}")
+    return configured[name]
 
 
 def _endpoint(d: dict, where: str) -> Endpoint:

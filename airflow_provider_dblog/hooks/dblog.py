@@ -4,6 +4,7 @@ The config is the same YAML the ``dblog`` command reads. Its sources, targets
 and state may name Airflow connections (``conn_id: ...``); the hook looks them up
 through Airflow and gives them to the engine, and to the Spark jobs it starts,
 in Airflow's own ``AIRFLOW_CONN_<ID>`` form, so no secret is written anywhere.
+``DBLogHookMixin`` gives the operators and sensors the hook from their arguments.
 """
 from __future__ import annotations
 
@@ -104,3 +105,23 @@ class DBLogHook(BaseHook):
         except Exception as e:  # the UI shows the message
             return False, f"{type(e).__name__}: {e}"
         return (not problems, "; ".join(problems) or f"{len(cfg.sources)} source(s) ready for CDC")
+
+
+class DBLogHookMixin:
+    """For the operators and sensors that read the dblog config: the arguments that name
+    it (``config_path``, ``dblog_conn_id``) and the hook built from them. Put it before
+    the Airflow base class (``class X(DBLogHookMixin, BaseOperator)``)."""
+
+    config_path: str | None
+    dblog_conn_id: str | None
+
+    def use_dblog_config(self, config_path: str | None, dblog_conn_id: str | None, source: str | None) -> None:
+        """Keep the arguments naming the config and the source in it (from ``__init__``;
+        ``config_path`` is templated, so the hook is built only when the task runs)."""
+        self.config_path = config_path
+        self.dblog_conn_id = dblog_conn_id
+        self.source = source
+
+    def dblog_hook(self) -> DBLogHook:
+        """A hook on the config as the running task sees it."""
+        return DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id)

@@ -34,7 +34,7 @@ from ..engine.jobs import JobReport
 from ..engine.requests import UnknownRequestError
 from ..engine.windows import Window
 from ..exceptions import DBLogInvalidRequest
-from ..hooks.dblog import DBLogHook
+from ..hooks.dblog import DBLogHook, DBLogHookMixin
 from .spark import check_spark_connection, job_settings, submit_and_report
 
 if TYPE_CHECKING:
@@ -71,6 +71,16 @@ def window_from_xcom(value: Any) -> Window:
         raise DBLogInvalidRequest(f"not a dblog window: {e}") from None
 
 
+def chunk_xcom(value: Any, chunk_task_id: str | None, context: Context, wanted: str) -> Any:
+    """The chunk operator's XCom: ``value`` when the task was given it (``chunk.output``),
+    else pulled from ``chunk_task_id``; ``wanted`` says what for, in the error."""
+    if value is None:
+        value = context["ti"].xcom_pull(task_ids=chunk_task_id)
+        if value is None:
+            raise DBLogInvalidRequest(f"no XCom from {chunk_task_id!r}: no {wanted}")
+    return value
+
+
 def chunk_from_xcom(value: Any) -> tuple[ChunkTask, Window]:
     """The chunk task and its window from the chunk operator's XCom."""
     d = _mapping(value, "chunk")
@@ -84,7 +94,7 @@ def chunk_from_xcom(value: Any) -> tuple[ChunkTask, Window]:
     return task, window_from_xcom(d["window"])
 
 
-class DBLogChunkDumpOperator(BaseOperator):
+class DBLogChunkDumpOperator(DBLogHookMixin, BaseOperator):
     """Open the window, write the LW, select the request's next chunk, write the HW.
 
     :param request_id: the dump request (``dblog dump`` / the dump DAGs create it). Templated.
@@ -115,20 +125,18 @@ class DBLogChunkDumpOperator(BaseOperator):
                  dblog_conn_id: str | None = None, spark_conn_id: str = "spark_default",
                  abandon_after: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.use_dblog_config(config_path, dblog_conn_id, source)
         self.request_id = request_id
-        self.config_path = config_path
-        self.source = source
-        self.dblog_conn_id = dblog_conn_id
         self.spark_conn_id = spark_conn_id
         self.abandon_after = abandon_after
-        self._spark_hook = None
+        self._spark_hook: SparkSubmitHook | None = None  # while the select runs on Spark
         self._open: tuple[Any, Window] | None = None  # (state, window) while steps 2-4 run
 
     def execute(self, context: Context) -> dict:
         rid = str(self.request_id or "").strip()
         if not rid:
             raise DBLogInvalidRequest("request_id is empty")
-        hook = DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id)
+        hook = self.dblog_hook()
         cfg = hook.config
         source_name = cfg.source(self.source).name
         runner = hook.runner(source_name)

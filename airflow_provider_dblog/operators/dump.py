@@ -23,7 +23,7 @@ from ..engine.requests import (ACTIONS, DumpSpec, UnknownRequestError, blank, co
                                parse_int, parse_spec, runnable_request)
 from ..engine.jobs import SparkJobError
 from ..exceptions import DBLogInvalidRequest
-from ..hooks.dblog import DBLogHook
+from ..hooks.dblog import DBLogHook, DBLogHookMixin
 from ..params import spec_from_params
 from .spark import DBLogSparkSubmitOperator
 
@@ -35,19 +35,16 @@ INVALID_REQUEST_ERRORS = (ConfigError, InvalidKeyError, UnknownTableError, NoPri
 PROGRESS_FIELDS = ("chunks", "rows", "dropped", "missing_count")
 
 
-def _blank(value: Any) -> bool:
-    """A value a template left empty (``{{ params.x }}`` of a None renders "None")."""
-    return blank(value)
-
-
-def _as_int(value: Any, name: str) -> int | None:
+def int_argument(value: Any, name: str) -> int | None:
+    """An operator's integer argument, or the text a template rendered it to; None when
+    blank (``engine.requests.parse_int``). Not an integer: the request is invalid."""
     try:
         return parse_int(value, name)
     except ConfigError as e:
         raise DBLogInvalidRequest(str(e)) from None
 
 
-class DBLogCreateDumpOperator(BaseOperator):
+class DBLogCreateDumpOperator(DBLogHookMixin, BaseOperator):
     """Validate a dump request and create it in Redis; returns the request id (XCom).
 
     Every field is checked against the config and the table's primary key before anything
@@ -100,8 +97,7 @@ class DBLogCreateDumpOperator(BaseOperator):
                  parallelism: int | str | None = None, resume_request: str | None = None,
                  from_params: bool = False, dblog_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.config_path = config_path
-        self.source = source
+        self.use_dblog_config(config_path, dblog_conn_id, source)
         self.scope = scope
         self.table = table
         self.keys = keys
@@ -110,7 +106,6 @@ class DBLogCreateDumpOperator(BaseOperator):
         self.parallelism = parallelism
         self.resume_request = resume_request
         self.from_params = from_params
-        self.dblog_conn_id = dblog_conn_id
 
     def build_spec(self, context: Context | None = None) -> DumpSpec:
         """The request from the form's params or the operator's arguments, with the rules of
@@ -123,9 +118,9 @@ class DBLogCreateDumpOperator(BaseOperator):
             raise DBLogInvalidRequest(str(e)) from None
 
     def execute(self, context: Context) -> str:
-        hook = DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id)
-        source = None if _blank(self.source) else self.source
-        if not _blank(self.resume_request):
+        hook = self.dblog_hook()
+        source = None if blank(self.source) else self.source
+        if not blank(self.resume_request):
             return self.resume(hook, source, str(self.resume_request).strip())
         spec = self.build_spec(context)
         try:
@@ -156,7 +151,7 @@ class DBLogCreateDumpOperator(BaseOperator):
             raise DBLogInvalidRequest(f"{e}: leave the request id empty to start a new dump") from None
         except DumpCancelledError as e:
             raise DBLogInvalidRequest(str(e)) from None
-        table = None if self.from_params or _blank(self.table) else str(self.table).strip()
+        table = None if self.from_params or blank(self.table) else str(self.table).strip()
         if table and table not in req["spec"]["tables"]:
             raise DBLogInvalidRequest(f"dump request {rid} dumps {', '.join(req['spec']['tables'])}, "
                                       f"not {table}")
@@ -219,7 +214,7 @@ class DBLogDumpOperator(DBLogSparkSubmitOperator):
         self._started = 0.0
 
     def _source_name(self) -> str | None:
-        return None if _blank(self.source) else str(self.source)
+        return None if blank(self.source) else str(self.source)
 
     def _state(self, hook: DBLogHook):
         try:
@@ -229,9 +224,9 @@ class DBLogDumpOperator(DBLogSparkSubmitOperator):
 
     def job_arguments(self, hook: DBLogHook, context: Context) -> list[str]:
         rid = str(self.request_id or "").strip()
-        if _blank(rid):
+        if blank(rid):
             raise DBLogInvalidRequest("request_id is empty: pass the id DBLogCreateDumpOperator returned")
-        max_chunks = _as_int(self.max_chunks, "max_chunks")
+        max_chunks = int_argument(self.max_chunks, "max_chunks")
         if max_chunks is not None and max_chunks < 1:
             raise DBLogInvalidRequest(f"max_chunks must be at least 1, not {max_chunks}")
         state = self._state(hook)
@@ -293,7 +288,7 @@ class DBLogDumpOperator(DBLogSparkSubmitOperator):
         return result
 
 
-class DBLogDumpControlOperator(BaseOperator):
+class DBLogDumpControlOperator(DBLogHookMixin, BaseOperator):
     """Pause, resume or cancel a dump request through its flags in Redis.
 
     * ``pause``: the running dump stops at its next chunk boundary (status ``paused``);
@@ -324,20 +319,18 @@ class DBLogDumpControlOperator(BaseOperator):
         super().__init__(**kwargs)
         if isinstance(action, str) and "{{" not in action and action.strip() not in ACTIONS:
             raise DBLogInvalidRequest(f"action must be one of {ACTIONS}, not {action!r}")
+        self.use_dblog_config(config_path, dblog_conn_id, source)
         self.request_id = request_id
         self.action = action
-        self.config_path = config_path
-        self.source = source
-        self.dblog_conn_id = dblog_conn_id
 
     def execute(self, context: Context) -> dict:
         action = str(self.action or "").strip()
         if action not in ACTIONS:
             raise DBLogInvalidRequest(f"action must be one of {ACTIONS}, not {self.action!r}")
         rid = str(self.request_id or "").strip()
-        hook = DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id)
+        hook = self.dblog_hook()
         try:
-            state = hook.state(None if _blank(self.source) else self.source)
+            state = hook.state(None if blank(self.source) else self.source)
         except ConfigError as e:
             raise DBLogInvalidRequest(str(e)) from e
         try:

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.observability.stats import Stats
 
-from ..exceptions import DBLogInvalidRequest, DBLogWindowFailed
-from ..hooks.dblog import DBLogHook
-from .chunk import chunk_from_xcom
+from ..exceptions import DBLogWindowFailed
+from ..hooks.dblog import DBLogHookMixin
+from .chunk import chunk_from_xcom, chunk_xcom
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class DBLogReconcileOperator(BaseOperator):
+class DBLogReconcileOperator(DBLogHookMixin, BaseOperator):
     """Reconcile one chunk with its window's log events and write its snapshot at the HW.
 
     :param chunk: the chunk operator's XCom (templated; e.g. ``chunk=chunk_task.output``);
@@ -56,23 +56,17 @@ class DBLogReconcileOperator(BaseOperator):
         super().__init__(**kwargs)
         if chunk is None and chunk_task_id is None:
             raise ValueError("give the chunk (e.g. chunk=chunk_task.output) or chunk_task_id")
+        self.use_dblog_config(config_path, dblog_conn_id, source)
         self.chunk = chunk
         self.chunk_task_id = chunk_task_id
-        self.config_path = config_path
-        self.source = source
-        self.dblog_conn_id = dblog_conn_id
         self.window_timeout = window_timeout
 
     def execute(self, context: Context) -> dict:
         from ..engine.errors import WatermarkError
 
-        value = self.chunk
-        if value is None:
-            value = context["ti"].xcom_pull(task_ids=self.chunk_task_id)
-            if value is None:
-                raise DBLogInvalidRequest(f"no XCom from {self.chunk_task_id!r}: no chunk to reconcile")
+        value = chunk_xcom(self.chunk, self.chunk_task_id, context, "chunk to reconcile")
         task, window = chunk_from_xcom(value)
-        hook = DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id)
+        hook = self.dblog_hook()
         source_name = hook.config.source(self.source).name
         runner = hook.runner(source_name)
         state = runner.state

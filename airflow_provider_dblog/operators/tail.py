@@ -11,16 +11,17 @@ from airflow.sdk.exceptions import AirflowSkipException
 from airflow.sdk.observability.stats import Stats
 
 from ..engine.errors import ConfigError
+from ..engine.requests import blank
 from ..engine.tail import Tail
 from ..exceptions import DBLogInvalidRequest
-from ..hooks.dblog import DBLogHook
-from .dump import _as_int, _blank
+from ..hooks.dblog import DBLogHookMixin
+from .dump import int_argument
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class DBLogTailOperator(BaseOperator):
+class DBLogTailOperator(DBLogHookMixin, BaseOperator):
     """Read the source's change log into the event log for at most ``max_seconds`` or
     ``max_events``, then flush, checkpoint and finish.
 
@@ -66,23 +67,21 @@ class DBLogTailOperator(BaseOperator):
                  max_seconds: float | str | None = 60, max_events: int | str | None = None,
                  dblog_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.config_path = config_path
-        self.source = source
+        self.use_dblog_config(config_path, dblog_conn_id, source)
         self.max_seconds = max_seconds
         self.max_events = max_events
-        self.dblog_conn_id = dblog_conn_id
         self._stopping = False  # set by on_kill (SIGTERM); a plain flag: operators are deep-copied
 
     def _limits(self) -> tuple[float | None, int | None]:
         seconds = None
-        if not _blank(self.max_seconds):
+        if not blank(self.max_seconds):
             try:
                 seconds = float(self.max_seconds)
             except (TypeError, ValueError):
                 raise DBLogInvalidRequest(f"max_seconds must be a number, not {self.max_seconds!r}") from None
             if seconds <= 0:
                 raise DBLogInvalidRequest(f"max_seconds must be positive, not {seconds}")
-        events = _as_int(self.max_events, "max_events")
+        events = int_argument(self.max_events, "max_events")
         if events is not None and events < 1:
             raise DBLogInvalidRequest(f"max_events must be at least 1, not {events}")
         if seconds is None and events is None:
@@ -97,9 +96,9 @@ class DBLogTailOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict:
         max_seconds, max_events = self._limits()
-        hook = DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id)
+        hook = self.dblog_hook()
         try:
-            name = hook.config.source(None if _blank(self.source) else str(self.source)).name
+            name = hook.config.source(None if blank(self.source) else str(self.source)).name
         except ConfigError as e:
             raise DBLogInvalidRequest(str(e)) from e
         state = hook.state(name)

@@ -21,7 +21,7 @@ from ..engine.errors import ConfigError, UnknownTableError
 from ..engine.lag import TargetProgress, target_progress
 from ..engine.positions import Position
 from ..exceptions import DBLogInvalidRequest
-from ..hooks.dblog import DBLogHook
+from ..hooks.dblog import DBLogHook, DBLogHookMixin
 from ..triggers.lag import TargetLagTrigger
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 DEFERRAL_MARGIN_S = 300.0
 
 
-class DBLogLagSensor(BaseSensorOperator):
+class DBLogLagSensor(DBLogHookMixin, BaseSensorOperator):
     """Wait until a target has applied the change log up to ``position``, or until it is at
     most ``max_lag_seconds`` behind (set exactly one).
 
@@ -73,11 +73,10 @@ class DBLogLagSensor(BaseSensorOperator):
         if (position is None) == (max_lag_seconds is None):
             raise DBLogInvalidRequest("DBLogLagSensor: set exactly one of position and max_lag_seconds")
         self.config_path = config_path
+        self.dblog_conn_id = dblog_conn_id
         self.target = target
         self.table = table
-        self.position = position
-        self.max_lag_seconds = max_lag_seconds
-        self.dblog_conn_id = dblog_conn_id
+        self.position, self.max_lag_seconds = position, max_lag_seconds  # exactly one is set
         self.deferrable = deferrable
 
     def _want(self) -> tuple[Position | None, float | None]:
@@ -136,8 +135,7 @@ class DBLogLagSensor(BaseSensorOperator):
         from airflow.sdk import PokeReturnValue
 
         want_pos, max_lag = self._want()
-        progress = self._read(DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id),
-                              want_pos is None)
+        progress = self._read(self.dblog_hook(), want_pos is None)
         done = self._done(progress, want_pos, max_lag)
         return PokeReturnValue(is_done=done, xcom_value=self._xcom(progress, want_pos))
 
@@ -145,7 +143,7 @@ class DBLogLagSensor(BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         want_pos, max_lag = self._want()
-        hook = DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id)
+        hook = self.dblog_hook()
         progress = self._read(hook, want_pos is None)  # validates the target and tables too
         if self._done(progress, want_pos, max_lag):
             return self._xcom(progress, want_pos)

@@ -24,9 +24,9 @@ from ..engine.dump import fail_window
 from ..engine.errors import WatermarkError
 from ..engine.state import RedisState
 from ..engine.windows import Window
-from ..exceptions import DBLogInvalidRequest, DBLogWindowFailed
-from ..hooks.dblog import DBLogHook
-from ..operators.chunk import window_from_xcom
+from ..exceptions import DBLogWindowFailed
+from ..hooks.dblog import DBLogHook, DBLogHookMixin
+from ..operators.chunk import chunk_xcom, window_from_xcom
 from ..triggers.watermark import HighWatermarkTrigger
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 DEFERRAL_MARGIN_S = 300.0
 
 
-class DBLogHighWatermarkSensor(BaseSensorOperator):
+class DBLogHighWatermarkSensor(DBLogHookMixin, BaseSensorOperator):
     """Succeeds when the window's LW and HW are both in the log, durably and in order.
 
     :param window: the window (templated): the chunk operator's XCom (``chunk.output``),
@@ -69,30 +69,20 @@ class DBLogHighWatermarkSensor(BaseSensorOperator):
         self.window_timeout = float(timeout) if timeout is not None else None
         kwargs.setdefault("poke_interval", poll_interval)
         super().__init__(timeout=timeout if timeout is not None else 7 * 24 * 3600, **kwargs)
+        self.use_dblog_config(config_path, dblog_conn_id, source)
         self.window = window
         self.chunk_task_id = chunk_task_id
-        self.config_path = config_path
-        self.source = source
-        self.dblog_conn_id = dblog_conn_id
         self.poll_interval = float(poll_interval)
         self.deferrable = deferrable
         self._state: RedisState | None = None
         self._window: Window | None = None
 
     # -- parts -------------------------------------------------------------------------
-    def _hook(self) -> DBLogHook:
-        return DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id)
-
     def _resolve_window(self, context: Context) -> Window:
-        value = self.window
-        if value is None:
-            value = context["ti"].xcom_pull(task_ids=self.chunk_task_id)
-            if value is None:
-                raise DBLogInvalidRequest(f"no XCom from {self.chunk_task_id!r}: no window to wait for")
-        return window_from_xcom(value)
+        return window_from_xcom(chunk_xcom(self.window, self.chunk_task_id, context, "window to wait for"))
 
     def _setup(self, context: Context) -> tuple[DBLogHook, RedisState, Window]:
-        hook = self._hook()
+        hook = self.dblog_hook()
         state = hook.state(self.source)
         window = self._resolve_window(context)
         self._state, self._window = state, window
@@ -160,7 +150,7 @@ class DBLogHighWatermarkSensor(BaseSensorOperator):
             self.log.info("window %s is durable through its HW: LW %s, HW %s (waited %ss)",
                           event.get("window"), event.get("lw"), event.get("hw"), event.get("waited_s"))
             return {"window": event.get("window"), "lw": event["lw"], "hw": event["hw"]}
-        hook = self._hook()
+        hook = self.dblog_hook()
         state = hook.state(self.source)
         window = self._resolve_window(context)
         message = event.get("message") or f"the HW trigger ended without a result: {event!r}"
@@ -172,6 +162,6 @@ class DBLogHighWatermarkSensor(BaseSensorOperator):
         try:
             return super().resume_execution(next_method, next_kwargs, context)
         except (AirflowSensorTimeout, TaskDeferralError, TaskDeferralTimeout) as e:
-            hook = self._hook()
+            hook = self.dblog_hook()
             self._fail(hook.state(self.source), self._resolve_window(context),
                        f"waiting for the HW failed in the triggerer: {type(e).__name__}: {e}")

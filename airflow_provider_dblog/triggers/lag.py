@@ -16,19 +16,19 @@ Its serialized kwargs hold no secret: connections are resolved in ``run()``.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from ..engine.errors import ConfigError, UnknownTableError
-from ..engine.lag import target_progress
+from ..engine.lag import TargetProgress, target_progress
 from ..engine.positions import Position
 from .config import load_config_async
+from .polling import PollingTrigger
 
 
-class TargetLagTrigger(BaseTrigger):
+class TargetLagTrigger(PollingTrigger):
     """Fires when every watched table of ``target`` is applied below ``position``, or when
     the target's lag is at most ``max_lag_seconds`` (exactly one is set).
 
@@ -46,7 +46,7 @@ class TargetLagTrigger(BaseTrigger):
                  position: str | None = None, max_lag_seconds: float | None = None,
                  poll_interval: float = 30.0, timeout: float = 7 * 24 * 3600.0,
                  started_at: float | None = None) -> None:
-        super().__init__()
+        super().__init__(poll_interval=poll_interval, timeout=timeout, started_at=started_at)
         if (position is None) == (max_lag_seconds is None):
             raise ValueError("TargetLagTrigger: set exactly one of position and max_lag_seconds")
         self.config_path = config_path
@@ -54,15 +54,10 @@ class TargetLagTrigger(BaseTrigger):
         self.tables = list(tables) if tables else None
         self.position = position
         self.max_lag_seconds = None if max_lag_seconds is None else float(max_lag_seconds)
-        self.poll_interval = float(poll_interval)
-        self.timeout = float(timeout)
-        self.started_at = float(started_at) if started_at is not None else time.time()
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}", {
-            "config_path": self.config_path, "target": self.target, "tables": self.tables,
-            "position": self.position, "max_lag_seconds": self.max_lag_seconds,
-            "poll_interval": self.poll_interval, "timeout": self.timeout, "started_at": self.started_at})
+    def goal_kwargs(self) -> dict[str, Any]:
+        return {"config_path": self.config_path, "target": self.target, "tables": self.tables,
+                "position": self.position, "max_lag_seconds": self.max_lag_seconds}
 
     def _goal(self) -> str:
         return f"position {self.position}" if self.position else f"lag <= {self.max_lag_seconds:g} s"
@@ -73,37 +68,25 @@ class TargetLagTrigger(BaseTrigger):
             cfg = await load_config_async(self.config_path)
             cfg.target(self.target)
         except (ConfigError, ValueError, OSError) as e:
-            yield TriggerEvent({"status": "error", "message": f"cannot use config {self.config_path}: "
-                                                              f"{type(e).__name__}: {e}"})
+            yield self.event("error", message=f"cannot use config {self.config_path}: {type(e).__name__}: {e}")
             return
-        deadline = self.started_at + self.timeout
         self.log.info("waiting for target %s to reach %s, up to %.0fs", self.target or "(default)",
                       self._goal(), self.timeout)
-        last = None
-        last_error = ""
-        while True:
-            try:
-                last = await asyncio.to_thread(target_progress, cfg, self.target, self.tables,
-                                               want is None)
-            except (ConfigError, UnknownTableError) as e:  # a table or target the config does not name: waiting cannot help
-                yield TriggerEvent({"status": "error", "message": str(e)})
-                return
-            except Exception as e:  # noqa: BLE001 - a server away for a moment: keep polling
-                if str(e) != last_error:
-                    self.log.warning("reading the target's progress failed (%s: %s); still polling",
-                                     type(e).__name__, e)
-                last_error = str(e)
-            else:
-                last_error = ""
-                if last.reached(want, self.max_lag_seconds):
-                    yield TriggerEvent({"status": "success", **last.to_xcom(),
-                                        "waited_s": round(time.time() - self.started_at, 3)})
-                    return
-            if time.time() >= deadline:
-                shown = last.to_xcom() if last else {}
-                yield TriggerEvent({"status": "timeout", **shown, "message": (
-                    f"target {self.target or '(default)'} did not reach {self._goal()} within "
-                    f"{self.timeout:.0f}s (applied: {shown.get('applied')}, lag: {shown.get('lag_s')}"
-                    f"{', last error: ' + last_error if last_error else ''})")})
-                return
-            await asyncio.sleep(max(0.01, min(self.poll_interval, deadline - time.time())))
+
+        def settle(progress: TargetProgress) -> TriggerEvent | None:
+            if progress.reached(want, self.max_lag_seconds):
+                return self.event("success", **progress.to_xcom(), waited_s=self.waited_s())
+            return None
+
+        def timed_out(last: TargetProgress | None, last_error: str) -> TriggerEvent:
+            shown = last.to_xcom() if last else {}
+            return self.event("timeout", **shown, message=(
+                f"target {self.target or '(default)'} did not reach {self._goal()} within "
+                f"{self.timeout:.0f}s (applied: {shown.get('applied')}, lag: {shown.get('lag_s')}"
+                f"{', last error: ' + last_error if last_error else ''})"))
+
+        yield await self.poll(
+            lambda: asyncio.to_thread(target_progress, cfg, self.target, self.tables, want is None),
+            settle, timed_out, reading_what="the target's progress",
+            transient=(Exception,),  # a server away for a moment: keep polling
+            fatal=(ConfigError, UnknownTableError))  # a table or target the config does not name

@@ -20,16 +20,15 @@ triggerer needs the config file at the same path and access to those connections
 """
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from ..engine.errors import WatermarkError
 from ..engine.windows import AsyncWindowReader, Window, WindowLook
 from .config import load_config_async
+from .polling import PollingTrigger
 
 
 async def resolve_state(config_path: str, source: str | None) -> tuple[str, str, str]:
@@ -38,7 +37,7 @@ async def resolve_state(config_path: str, source: str | None) -> tuple[str, str,
     return cfg.redis_url, cfg.state_prefix, cfg.source(source).name
 
 
-class HighWatermarkTrigger(BaseTrigger):
+class HighWatermarkTrigger(PollingTrigger):
     """Fires when the window's LW and HW are both in the log, durably and in order.
 
     :param config_path: the dblog YAML (readable by the triggerer).
@@ -54,23 +53,31 @@ class HighWatermarkTrigger(BaseTrigger):
     def __init__(self, *, config_path: str, window: dict, source: str | None = None,
                  prefix: str | None = None, poll_interval: float = 1.0, timeout: float = 120.0,
                  started_at: float | None = None) -> None:
-        super().__init__()
+        super().__init__(poll_interval=poll_interval, timeout=timeout, started_at=started_at)
         self.config_path = config_path
         self.window = dict(window)
         self.source = source
         self.prefix = prefix
-        self.poll_interval = float(poll_interval)
-        self.timeout = float(timeout)
-        self.started_at = float(started_at) if started_at is not None else time.time()
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}", {
-            "config_path": self.config_path, "window": self.window, "source": self.source,
-            "prefix": self.prefix, "poll_interval": self.poll_interval, "timeout": self.timeout,
-            "started_at": self.started_at})
+    def goal_kwargs(self) -> dict[str, Any]:
+        return {"config_path": self.config_path, "window": self.window, "source": self.source,
+                "prefix": self.prefix}
 
-    def _event(self, status: str, **payload: Any) -> TriggerEvent:
-        return TriggerEvent({"status": status, "window": self.window.get("id"), **payload})
+    def event(self, status: str, **payload: Any) -> TriggerEvent:
+        return super().event(status, window=self.window.get("id"), **payload)
+
+    def _settle(self, look: WindowLook) -> TriggerEvent | None:
+        """The event a look decides: both watermarks in order, a broken window, or None."""
+        try:
+            pair = look.positions()
+        except WatermarkError as e:
+            return self.event("error", message=str(e))
+        if pair is not None:
+            lw, hw = pair
+            return self.event("success", lw=lw.encode(), hw=hw.encode(), waited_s=self.waited_s())
+        if not look.is_open:
+            return self.event("error", message=look.closed_message())
+        return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         import json
@@ -81,43 +88,21 @@ class HighWatermarkTrigger(BaseTrigger):
             window = Window.from_json(json.dumps(self.window))
             url, prefix, source = await resolve_state(self.config_path, self.source)
         except Exception as e:  # noqa: BLE001 - reported, the sensor fails the window
-            yield self._event("error", message=f"cannot read window or config {self.config_path}: "
-                                               f"{type(e).__name__}: {e}")
+            yield self.event("error", message=f"cannot read window or config {self.config_path}: "
+                                              f"{type(e).__name__}: {e}")
             return
         prefix = self.prefix or prefix
-        deadline = self.started_at + self.timeout
         self.log.info("waiting for HW %s of window %s (%s) in %s:%s, up to %.0fs", window.hw, window.id,
                       window.table, prefix, source, self.timeout)
+
+        def timed_out(last: WindowLook | None, last_error: str) -> TriggerEvent:
+            last = last or WindowLook(window, None, None, (), True, None)
+            return self.event("timeout", message=last.timeout_message(self.timeout, last_error))
+
         reader = AsyncWindowReader(url, prefix, source)
-        last_error = ""
-        look = None
         try:
-            while True:
-                try:
-                    look = await reader.look(window)
-                except (OSError, aioredis.RedisError) as e:  # Redis away for a moment: keep polling
-                    if str(e) != last_error:
-                        self.log.warning("reading Redis failed (%s); still polling", e)
-                    last_error = str(e)
-                else:
-                    last_error = ""
-                    try:
-                        pair = look.positions()
-                    except WatermarkError as e:
-                        yield self._event("error", message=str(e))
-                        return
-                    if pair is not None:
-                        lw, hw = pair
-                        yield self._event("success", lw=lw.encode(), hw=hw.encode(),
-                                          waited_s=round(time.time() - self.started_at, 3))
-                        return
-                    if not look.is_open:
-                        yield self._event("error", message=look.closed_message())
-                        return
-                if time.time() >= deadline:
-                    look = look or WindowLook(window, None, None, (), True, None)
-                    yield self._event("timeout", message=look.timeout_message(self.timeout, last_error))
-                    return
-                await asyncio.sleep(max(0.01, min(self.poll_interval, deadline - time.time())))
+            event = await self.poll(lambda: reader.look(window), self._settle, timed_out,
+                                    transient=(OSError, aioredis.RedisError), reading_what="Redis")
         finally:
             await reader.close()
+        yield event
