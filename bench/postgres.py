@@ -189,15 +189,16 @@ class PostgresBench:
         """The baseline: a bare psycopg2 LogicalReplicationConnection reading pgoutput
         (protocol 1, the engine's publication of this Env, the engine's session
         settings) from the same start, decoding every message and every value with
-        the engine's pgoutput decoder (pgoutput.decode + RelationCache.row_change:
+        the engine's pgoutput decoder (pgoutput.decode + RelationCache.tuple_change:
         text -> Python value by type OID) and doing nothing else.
 
         It reads its own slot (made by write_events before the writes), never the
         engine's, and sends no feedback: the engine's slot is untouched whatever the
         order of the two reads. The slot is dropped at the end."""
-        from airflow_provider_dblog.engine.sources.pg_log import REPLICATION_OPTIONS
-        from airflow_provider_dblog.engine.sources.pgoutput import (Delete, Insert, Relation,
-                                                                    RelationCache, Update, decode)
+        from airflow_provider_dblog.engine.sources.postgres.pgoutput import decode
+        from airflow_provider_dblog.engine.sources.postgres.pgoutput_messages import Delete, Insert, Relation, Update
+        from airflow_provider_dblog.engine.sources.postgres.relation_cache import RelationCache
+        from airflow_provider_dblog.engine.sources.postgres.stream import REPLICATION_OPTIONS
         publication = self.slot_of(wm_namespace)
         wanted = {(SCHEMA, t) for t in tables}
         t0 = time.monotonic()
@@ -223,7 +224,7 @@ class PostgresBench:
                 last_msg = time.monotonic()
                 m = decode(msg.payload)
                 if isinstance(m, (Insert, Update, Delete)):
-                    rels.row_change(m)   # every column's text -> value
+                    rels.tuple_change(m)   # every column's text -> value
                     if m.relation_oid in ours:
                         seen += 1
                 else:

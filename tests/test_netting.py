@@ -3,7 +3,7 @@
 Hypothesis builds a table and a transaction of row operations on physical rows
 (insert, update, key change, delete) during which two rows may share a key, as long as
 every key is unique again at the commit. The events are emitted in the shape
-sources/pg_log.py gives them (a key change is a delete of the old key and an insert of
+sources/postgres/changes.py gives them (a key change is a delete of the old key and an insert of
 the new one, each with full images), passed through the engine's ``net_changes``,
 turned into the event log's Arrow form (``events_to_arrow``), reduced by the apply's own
 ``latest_per_key`` and applied to the old table: the result is the table at commit.

@@ -17,10 +17,14 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from airflow_provider_dblog.engine.sources import pgoutput as po
-from airflow_provider_dblog.engine.sources.pgoutput import (
-    UNCHANGED_TOAST, Begin, Commit, Delete, Insert, Message, Relation, RelationCache, Truncate,
-    Type, Update, convert, decode)
+from airflow_provider_dblog.engine.sources.postgres import relation_cache
+from airflow_provider_dblog.engine.sources.postgres.lsn import int_to_lsn, lsn_to_int
+from airflow_provider_dblog.engine.sources.postgres.pgoutput import decode
+from airflow_provider_dblog.engine.sources.postgres.pgoutput_messages import (
+    TRUNCATE_RESTART_IDENTITY, Begin, Commit, Delete, Insert, Message, Relation, RelationColumn,
+    StreamAbort, StreamStart, StreamStop, Truncate, Type, Update)
+from airflow_provider_dblog.engine.sources.postgres.relation_cache import UNCHANGED_TOAST, RelationCache
+from airflow_provider_dblog.engine.sources.postgres.text_values import ARRAY_ELEMENT, convert
 
 DATA = Path(__file__).parent / "data" / "pgoutput_messages.json"
 UTC = dt.timezone.utc
@@ -177,7 +181,7 @@ def check_stream(cap: dict) -> None:
             assert m.commit_lsn == cur[0].final_lsn < m.end_lsn
             assert m.commit_ts == cur[0].commit_ts
             # the slot reports a commit at its end LSN (what to confirm as flushed)
-            assert po.lsn_to_str(m.end_lsn) == raw["lsn"]
+            assert int_to_lsn(m.end_lsn) == raw["lsn"]
             txs.append(cur)
     assert [t[0].commit_ts for t in txs] == sorted(t[0].commit_ts for t in txs)
     assert [t[0].final_lsn for t in txs] == sorted(t[0].final_lsn for t in txs)
@@ -202,7 +206,7 @@ def check_stream(cap: dict) -> None:
         ("id", True), ("mood", False), ("name", False), ("big", False)]
     assert deft.columns[1].type_oid == oids["mood"]
 
-    rc = [cache.row_change(m) for m in msgs if isinstance(m, (Insert, Update, Delete))]
+    rc = [cache.tuple_change(m) for m in msgs if isinstance(m, (Insert, Update, Delete))]
     ins1, ins2, ins3, up1, up2, up3, del1, del2 = rc
     assert (ins1.op, ins1.relation.name, ins1.before) == ("insert", "t_full", None)
     assert ins1.after == ROW1
@@ -236,7 +240,7 @@ def check_stream(cap: dict) -> None:
     trunc = msgs[-2]
     assert isinstance(trunc, Truncate)
     assert sorted(trunc.relation_oids) == sorted([oids["t_full"], oids["t_def"]])
-    assert trunc.options == po.TRUNCATE_RESTART_IDENTITY
+    assert trunc.options == TRUNCATE_RESTART_IDENTITY
 
     # every real payload, cut anywhere, is a ValueError (never a struct.error / garbage)
     for m in cap["messages"]:
@@ -262,8 +266,8 @@ def test_array_type_oids_match_pg_type(servers):
     conn = pg_connect()
     with conn.cursor() as cur:
         cur.execute("SELECT typarray::int, oid::int FROM pg_type WHERE oid = ANY(%s)",
-                    (sorted(set(po.ARRAY_ELEMENT.values())),))
-        assert dict(cur.fetchall()) == po.ARRAY_ELEMENT
+                    (sorted(set(ARRAY_ELEMENT.values())),))
+        assert dict(cur.fetchall()) == ARRAY_ELEMENT
     conn.close()
 
 
@@ -286,7 +290,7 @@ def test_unknown_and_empty_messages():
 def test_origin_binary_column_and_stream_messages():
     o = decode(b"O" + struct.pack(">Q", 0x1_0000_0010) + b"node_a\0")
     assert (o.commit_lsn, o.name) == (0x1_0000_0010, "node_a")
-    assert po.lsn_to_str(o.commit_lsn) == "1/10" and po.str_to_lsn("1/10") == o.commit_lsn
+    assert int_to_lsn(o.commit_lsn) == "1/10" and lsn_to_int("1/10") == o.commit_lsn
     ins = decode(b"I" + struct.pack(">I", 42) + b"N" + struct.pack(">h", 3)
                  + b"b" + struct.pack(">i", 4) + struct.pack(">i", 7) + b"u" + b"n")
     assert ins == Insert(42, [("b", b"\0\0\0\x07"), ("u", None), ("n", None)])
@@ -294,22 +298,22 @@ def test_origin_binary_column_and_stream_messages():
     ins2 = decode(b"I" + struct.pack(">I", 777) + struct.pack(">I", 42) + b"N"
                   + struct.pack(">h", 0), in_stream=True)
     assert (ins2.xid, ins2.relation_oid, ins2.new) == (777, 42, [])
-    assert decode(b"S" + struct.pack(">IB", 777, 1)) == po.StreamStart(777, True)
-    assert decode(b"E") == po.StreamStop()
+    assert decode(b"S" + struct.pack(">IB", 777, 1)) == StreamStart(777, True)
+    assert decode(b"E") == StreamStop()
     sc = decode(b"c" + struct.pack(">IBQQq", 777, 0, 100, 200, 86_400_000_000))
     assert sc.commit_ts == dt.datetime(2000, 1, 2, tzinfo=UTC) and sc.end_lsn == 200
-    assert decode(b"A" + struct.pack(">II", 777, 778)) == po.StreamAbort(777, 778)
+    assert decode(b"A" + struct.pack(">II", 777, 778)) == StreamAbort(777, 778)
 
 
 def test_relation_cache_errors():
     cache = RelationCache()
     with pytest.raises(KeyError, match="oid 9"):
-        cache.row_change(Insert(9, []))
-    cache.add(Relation(9, "s", "t", "d", [po.RelationColumn(1, "id", 20, -1)]))
+        cache.tuple_change(Insert(9, []))
+    cache.add(Relation(9, "s", "t", "d", [RelationColumn(1, "id", 20, -1)]))
     with pytest.raises(ValueError, match="2 columns"):
-        cache.row_change(Insert(9, [("t", b"1"), ("t", b"2")]))
-    assert cache.row_change(Insert(9, [("t", b"5")])).after == {"id": 5}
-    assert repr(UNCHANGED_TOAST) == "UNCHANGED_TOAST" and po._UnchangedToast() is UNCHANGED_TOAST
+        cache.tuple_change(Insert(9, [("t", b"1"), ("t", b"2")]))
+    assert cache.tuple_change(Insert(9, [("t", b"5")])).after == {"id": 5}
+    assert repr(UNCHANGED_TOAST) == "UNCHANGED_TOAST" and relation_cache._UnchangedToast() is UNCHANGED_TOAST
 
 
 # -- convert ------------------------------------------------------------------------------

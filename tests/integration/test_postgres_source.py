@@ -16,9 +16,10 @@ from airflow_provider_dblog.engine.errors import (NoPrimaryKeyError, SourceSetup
                                                   UnknownTableError, WatermarkError)
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.sources.base import ChunkPlan
-from airflow_provider_dblog.engine.sources.postgres import (
-    PostgresSource, int_to_lsn, lsn_to_int, pg_literal, quote_ident, role_problems,
-    server_problems, to_logical)
+from airflow_provider_dblog.engine.sources.postgres import PostgresSource, int_to_lsn, lsn_to_int, quote_ident
+from airflow_provider_dblog.engine.sources.postgres.checks import role_problems, server_problems
+from airflow_provider_dblog.engine.sources.postgres.column_types import to_logical
+from airflow_provider_dblog.engine.sources.postgres.sql import pg_literal
 
 from airflow_provider_dblog.engine.events import rows_of
 from airflow_provider_dblog.engine.reconcile import ERROR_COLUMN

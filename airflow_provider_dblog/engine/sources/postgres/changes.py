@@ -1,0 +1,150 @@
+"""Transactions of the captured tables, assembled from decoded pgoutput messages.
+
+- The stream arrives in commit order. A change's position is (0, commit LSN, index
+  within the transaction): Begin carries the commit LSN (final_lsn), so positions are
+  known as the changes arrive. A transaction ends (TxnEnd) at its Commit's end LSN,
+  which is where a restart resumes: the server skips every transaction whose commit
+  record starts before it.
+- A transaction's row changes are given out at its Commit; when it touched a key twice
+  (which may have held two rows at once: a DEFERRABLE key) they go out as one final
+  change per key (engine/netting.py).
+- A write of the watermark row is given out at once, as WatermarkSeen.
+- Fail closed: a Relation message that differs from the captured schema, a TRUNCATE
+  of a captured table (row_images.py refuses what a change itself lacks).
+
+Nothing here imports Airflow.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from ...errors import DBLogError, SchemaChangedError
+from ...events import INSERT, Event
+from ...netting import needs_netting, net_changes
+from ...positions import Position
+from ...schema import TableSchema
+from ..base import LogItem, RowChange, TxnEnd, WatermarkSeen
+from .column_types import NativeColumn, text_converter
+from .lsn import int_to_lsn
+from .pgoutput_messages import (Begin, Commit, Delete, Insert, Relation, StreamAbort, StreamCommit,
+                                StreamStart, StreamStop, Truncate, Update)
+from .row_images import key_getter, keyed, old_new, row_values, tuple_text
+
+
+def check_relation(rel: Relation, schema: TableSchema, native: dict[str, NativeColumn]) -> None:
+    """SchemaChangedError if a Relation message's columns or types differ from the
+    captured schema's."""
+    names = [c.name for c in rel.columns]
+    problem = ""
+    if names != schema.column_names:
+        problem = f"the log has columns {names}, the captured schema {schema.column_names}"
+    else:
+        changed = [c.name for c in rel.columns
+                   if native[c.name].att_type_oid and c.type_oid != native[c.name].att_type_oid]
+        if changed:
+            problem = f"the type of {', '.join(changed)} changed"
+    if problem:
+        raise SchemaChangedError(
+            f"{schema.qualified} changed (ALTER TABLE?): {problem}; update the capture's "
+            "schema (restart the tail) and re-dump the table")
+
+
+class TransactionAssembler:
+    """The open transaction of the stream, fed one decoded message at a time."""
+
+    def __init__(self, schemas: dict[str, TableSchema], natives: dict[str, dict[str, NativeColumn]],
+                 watermark_table: str):
+        self.schemas = schemas
+        self.natives = natives
+        self.watermark_table = watermark_table
+        # relation oid -> (captured table, its schema, Relation, column converters, key getter)
+        self.relations: dict[int, tuple] = {}
+        self.in_txn = False
+        self.commit_lsn = self.seq = self.ts = 0
+        # the open transaction's row changes, the keys it touched, and whether one was
+        # touched twice (engine/netting.py)
+        self.txn: list[Event] = []
+        self.touched: set = set()
+        self.shared = False
+
+    def change(self, m: Insert | Update | Delete) -> WatermarkSeen | None:
+        """An Insert, Update or Delete: its row changes join the transaction; a
+        watermark write is returned."""
+        entry = self.relations.get(m.relation_oid)
+        if entry is None:
+            return None   # a table we do not capture (a shared publication)
+        table, schema, rel, convs, key_of = entry
+        commit_lsn = self.commit_lsn
+        if table == self.watermark_table:
+            if m.__class__ is Delete:
+                return None
+            value = tuple_text(rel, m.new).get("value") or ""
+            pos = Position(0, commit_lsn, self.seq)
+            self.seq += 1
+            return WatermarkSeen(value.strip(), pos)
+        if m.__class__ is Insert:
+            errs: list = []
+            after = row_values(m.new, rel, convs, None, schema, commit_lsn, errs)
+            key, why, _ = keyed(schema, key_of, after, errs)
+            changes: tuple = ((INSERT, key, None, after, why),)
+        else:
+            changes = old_new(m, rel, convs, schema, key_of, commit_lsn)
+        for op, key, before, after, why in changes:
+            self.txn.append(Event(table, op, key, before, after,
+                                  Position(0, commit_lsn, self.seq), self.ts, why))
+            self.shared = self.shared or needs_netting(self.touched, table, key)
+            self.seq += 1
+        return None
+
+    def begin(self, m: Begin) -> None:
+        self.in_txn, self.commit_lsn, self.seq = True, m.final_lsn, 0
+        self.ts = int(m.commit_ts.timestamp() * 1000)
+        self.txn, self.touched, self.shared = [], set(), False
+
+    def commit(self, m: Commit) -> Iterator[LogItem]:
+        """The transaction's row changes (netted if a key was touched twice), then its TxnEnd."""
+        if not self.in_txn or m.commit_lsn != self.commit_lsn:
+            raise DBLogError(f"pgoutput Commit at {int_to_lsn(m.commit_lsn)} does not "
+                             "match its Begin; restart from the last checkpoint")
+        self.in_txn = False
+        txn, self.txn = self.txn, []
+        for e in (net_changes(txn) if self.shared else txn):
+            yield RowChange(e)
+        yield TxnEnd(Position(0, m.end_lsn, 0), {"lsn": int_to_lsn(m.end_lsn)})
+
+    def relation(self, m: Relation) -> None:
+        """A captured table's Relation (checked against its schema, its column converters
+        built once per message); another table's is ignored."""
+        table = f"{m.namespace}.{m.name}"
+        if table in self.schemas:
+            schema, native = self.schemas[table], self.natives[table]
+            check_relation(m, schema, native)
+            convs = [text_converter(native[c.name]) for c in m.columns]
+            self.relations[m.oid] = (table, schema, m, convs, key_getter(schema))
+        elif table == self.watermark_table:
+            self.relations[m.oid] = (table, None, m, [], None)
+
+    def truncate(self, m: Truncate) -> None:
+        hit = [self.relations[o][0] for o in m.relation_oids
+               if o in self.relations and self.relations[o][0] in self.schemas]
+        if hit:
+            err = SchemaChangedError(
+                f"TRUNCATE of {', '.join(hit)} at LSN {int_to_lsn(self.commit_lsn)}: its rows "
+                "were removed without row events; re-dump the table (and move the log "
+                "checkpoint past this transaction)")
+            err.tables, err.pos = hit, Position(0, self.commit_lsn, self.seq)
+            raise err
+
+    def other(self, m) -> None:
+        """Begin, Relation, Truncate; a streamed transaction is refused; Origin, Type and
+        Message hold nothing to capture."""
+        cls = m.__class__
+        if cls is Begin:
+            self.begin(m)
+        elif cls is Relation:
+            self.relation(m)
+        elif cls is Truncate:
+            self.truncate(m)
+        elif cls in (StreamStart, StreamStop, StreamCommit, StreamAbort):
+            raise DBLogError("pgoutput sent a streamed transaction, which protocol "
+                             "version 1 does not use")

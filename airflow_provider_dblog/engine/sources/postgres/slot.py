@@ -1,0 +1,175 @@
+"""The replication slot and the publication a PostgreSQL source's log is read through.
+
+- The publication holds the captured tables and the watermark table; the slot
+  (plugin pgoutput) keeps the WAL from the last confirmed position on. Both are
+  created when missing (``prepare``) and checked when present (``problems``).
+- ``confirm`` records what the caller says is durable; the stream (stream.py) sends
+  only that as its flush position, so the slot never drops WAL that is not saved.
+
+Nothing here imports Airflow.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+from psycopg2 import sql
+
+from ...errors import SourceSetupError
+from ..base import Problem
+from .lsn import int_to_lsn
+
+log = logging.getLogger(__name__)
+
+_SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
+SLOT_RELEASE_WAIT_S = 15.0   # how long a killed reader's walsender may take to exit
+ACTIONS = ("pubinsert", "pubupdate", "pubdelete", "pubtruncate")
+
+
+def check_slot_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not _SLOT_NAME.match(name):
+        raise SourceSetupError(f"{what} {name!r} must be 1-63 characters of a-z, 0-9 and _")
+    return name
+
+
+class SlotAndPublication:
+    """The slot and publication of one PostgresSource (which it queries through)."""
+
+    def __init__(self, source):
+        self.source = source
+        cfg = source.config
+        self.slot_name = check_slot_name(cfg.slot or f"dblog_{cfg.name}".lower(), "slot name")
+        self.publication = check_slot_name(cfg.publication or f"dblog_{cfg.name}".lower(),
+                                           "publication name")
+        self.captured = tuple(source.tables) + (source.watermark_table,)
+        self.confirmed = 0   # the highest LSN the caller said is durable
+
+    # -- publication and slot ----------------------------------------------------
+    def _publication(self) -> tuple | None:
+        rows = self.source._query(
+            "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication "
+            "WHERE pubname = %s", (self.publication,))
+        return rows[0] if rows else None
+
+    def _published(self) -> dict[str, tuple]:
+        """{schema.table: (column names published, row filter)} of the publication."""
+        rows = self.source._query(
+            "SELECT schemaname, tablename, attnames, rowfilter FROM pg_publication_tables "
+            "WHERE pubname = %s", (self.publication,))
+        return {f"{s}.{t}": (tuple(a or ()), f) for s, t, a, f in rows}
+
+    def _slot(self) -> tuple | None:
+        rows = self.source._query(
+            "SELECT plugin, slot_type, database, confirmed_flush_lsn::text, active_pid "
+            "FROM pg_replication_slots WHERE slot_name = %s", (self.slot_name,))
+        return rows[0] if rows else None
+
+    def problems(self) -> list[Problem]:
+        """What is wrong with an existing slot or publication (missing ones are created)."""
+        out = []
+        pub = self._publication()
+        if pub is not None:
+            missing = [a[3:] for a, on in zip(ACTIONS, pub[1:]) if not on]
+            if missing:
+                out.append(Problem(
+                    f"publication {self.publication} does not publish {', '.join(missing)}",
+                    f"ALTER PUBLICATION {self.publication} SET (publish = "
+                    "'insert, update, delete, truncate')"))
+            published = self._published()
+            for table in self.captured:
+                if table not in published:
+                    continue   # prepare() adds it
+                cols, rowfilter = published[table]
+                if rowfilter:
+                    out.append(Problem(
+                        f"publication {self.publication} filters the rows of {table} "
+                        f"(WHERE {rowfilter}): changes would be lost",
+                        f"ALTER PUBLICATION {self.publication} SET TABLE ... without a WHERE", table))
+                if table in self.source.tables:
+                    want = self.source.table_schema(table).column_names
+                    if set(cols) != set(want):
+                        out.append(Problem(
+                            f"publication {self.publication} publishes only the columns "
+                            f"{list(cols)} of {table}", "publish every column (no column list)",
+                            table))
+        slot = self._slot()
+        if slot is not None:
+            plugin, kind, database, _, _ = slot
+            if kind != "logical" or plugin != "pgoutput":
+                out.append(Problem(f"replication slot {self.slot_name} is a {kind} slot of plugin "
+                                   f"{plugin}, not a logical pgoutput slot",
+                                   "set another `slot:` for this source, or drop that slot"))
+            elif database != self.source.config.endpoint.database:
+                out.append(Problem(f"replication slot {self.slot_name} belongs to database {database}",
+                                   "set another `slot:` for this source"))
+        else:
+            (free,), = self.source._query(
+                "SELECT current_setting('max_replication_slots')::int - count(*) "
+                "FROM pg_replication_slots")
+            if free < 1:
+                out.append(Problem("no free replication slot (max_replication_slots are all used)",
+                                   "raise max_replication_slots, or drop an unused slot"))
+        return out
+
+    def prepare(self) -> None:
+        """Create the publication and the slot if missing, add missing tables to the
+        publication, and fail on anything that would lose changes. Run before the
+        first checkpoint: the slot must exist before the position the tail starts at."""
+        src = self.source
+        src.ensure_watermark_table()
+        for table in src.tables:
+            src.table_schema(table)   # unknown tables / no primary key: fail here
+        pub = self._publication()
+        if pub is None:
+            src._query(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                sql.Identifier(self.publication),
+                sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in self.captured)),
+                fetch=False)
+            log.info("created publication %s for %s", self.publication, ", ".join(self.captured))
+        elif not pub[0]:
+            missing = [t for t in self.captured if t not in self._published()]
+            if missing:
+                src._query(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                    sql.Identifier(self.publication),
+                    sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in missing)),
+                    fetch=False)
+                log.info("added %s to publication %s", ", ".join(missing), self.publication)
+        if self._slot() is None:
+            src._query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot_name,))
+            log.info("created logical replication slot %s (pgoutput)", self.slot_name)
+        problems = self.problems()
+        if problems:
+            raise SourceSetupError(f"source {src.name!r}: " + "; ".join(map(str, problems)))
+
+    def drop(self) -> None:
+        """Drop the slot (its WAL is released) and the publication, if they exist."""
+        src = self.source
+        slot = self._slot()
+        if slot is not None:
+            if slot[4]:
+                src._query("SELECT pg_terminate_backend(%s)", (slot[4],))
+                time.sleep(0.2)
+            src._query("SELECT pg_drop_replication_slot(%s)", (self.slot_name,))
+        src._query(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(self.publication)),
+                   fetch=False)
+
+    def confirm(self, lsn: int) -> None:
+        self.confirmed = max(self.confirmed, int(lsn))
+
+    def await_free(self, start_lsn: int) -> None:
+        """Return once the slot exists and no other reader holds it (a killed reader's
+        walsender gets SLOT_RELEASE_WAIT_S to exit); else SourceSetupError."""
+        slot = self._slot()
+        if slot is None:
+            raise SourceSetupError(
+                f"replication slot {self.slot_name} of source {self.source.name!r} does not exist: "
+                f"the WAL after {int_to_lsn(start_lsn)} may be gone. Re-dump the tables and reset "
+                "the tail's checkpoint (the tail creates the slot on its first run)")
+        deadline = time.monotonic() + SLOT_RELEASE_WAIT_S
+        while slot[4] and time.monotonic() < deadline:
+            time.sleep(0.2)
+            slot = self._slot() or slot
+        if slot[4]:
+            raise SourceSetupError(f"replication slot {self.slot_name} is in use by process "
+                                   f"{slot[4]}: is another tail of this source running?")

@@ -1,0 +1,302 @@
+"""PostgreSQL source: the Source of sources/base.py over psycopg2 (and Spark's JDBC
+reader): table shapes, key-range chunk planning, bound-parameter key lookups and the
+change log's entry points. It delegates by concern within this package: catalog.py
+(table shapes), column_types.py (types and value forms), sql.py (quoting and
+literals), checks.py (set-up checks), watermarks.py (watermark writes), slot.py and
+stream.py (the log: a logical replication slot read with pgoutput).
+
+Positions are (0, commit LSN, change index within the transaction).
+
+Every statement runs in autocommit with its values bound (``%s``) and its
+identifiers quoted (sql.py). Every session prints with ``values.PG_TEXT_SETTINGS``,
+whatever the server's defaults.
+
+Nothing here imports Airflow.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+import psycopg2
+import psycopg2.extensions
+
+import pyarrow as pa
+
+from ...conditions import parse_condition
+from ...config import SourceConfig
+from ...errors import InvalidKeyError
+from ...positions import Position
+from ...schema import TableSchema
+from ...values import pg_options, pg_set_statements
+from ..base import ChunkPlan, LogItem
+from ..common import SELECT_BATCH, SqlSource, raw_key_alias
+from .catalog import load_table
+from .checks import SetupChecks
+from .column_types import needs_expr, select_expr, text_parsed, to_logical
+from .lsn import lsn_to_int
+from .slot import SlotAndPublication
+from .sql import (BoundParams, bound_ident, key_after, key_upto, pg_literal, quote_ident, quote_table,
+                  row_expr, table_stmt)
+from .stream import LogStream
+from .watermarks import WatermarkWrites
+
+JDBC_DRIVER = "org.postgresql.Driver"
+# standard_conforming_strings: range_predicates' literals never use backslash escapes
+# (a bytea literal is '\x..'), so they must be read as written
+JDBC_SESSION_INIT = ("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED; "
+                     + pg_set_statements())
+
+
+class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
+    """A PostgreSQL source of the DBLog engine (see sources/base.py Source)."""
+
+    to_logical = staticmethod(to_logical)
+    needs_expr = staticmethod(needs_expr)
+    text_parsed = staticmethod(text_parsed)
+    dialect = "postgres"
+    value_errors = (psycopg2.DataError,)
+
+    def __init__(self, config: SourceConfig):
+        super().__init__(config)
+        self._replident: dict[str, str] = {}
+        self._slot: SlotAndPublication | None = None
+
+    def __repr__(self) -> str:
+        ep = self.config.endpoint
+        return f"PostgresSource({self.name!r}, {ep.user}@{ep.host}:{ep.port}/{ep.database})"
+
+    # -- connections -------------------------------------------------------------
+    def _connect(self) -> psycopg2.extensions.connection:
+        ep = self.config.endpoint
+        conn = psycopg2.connect(host=ep.host, port=int(ep.port), user=ep.user,
+                                password=ep.password or None, dbname=ep.database or None,
+                                connect_timeout=10, application_name="dblog",
+                                options=pg_options())
+        conn.autocommit = True
+        return conn
+
+    def _alive(self, conn):
+        """``conn`` if it is open, else a new connection (autocommit: nothing is lost)."""
+        if conn is not None and not conn.closed:
+            return conn
+        return self._connect()
+
+    def _query(self, query: Any, args: Sequence[Any] | None = None, fetch: bool = True) -> list[tuple]:
+        with self._lock:
+            self._conn = self._alive(self._conn)
+            try:
+                with self._conn.cursor() as cur:
+                    # always with a parameter list, so a %% in the text is always %
+                    cur.execute(query, list(args or []))
+                    return list(cur.fetchall()) if fetch and cur.description else []
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):
+                if self._conn.closed:   # next call reconnects
+                    self._conn = None
+                raise
+
+    def canonical_keys(self, table: TableSchema, keys: list[tuple]) -> list[tuple]:
+        """Keys from a user in the text PostgreSQL itself prints for them (a uuid in any
+        case, an inet with or without its /32), so a requested key matches its row."""
+        cols = [i for i, c in enumerate(table.key_columns) if c.type.startswith("text:")]
+        if not cols or not keys:
+            return keys
+        out = [list(k) for k in keys]
+        for i in cols:
+            sql_type = table.key_columns[i].type[5:]   # checked against schema._TEXT_TYPE
+            try:
+                rows = self._query(f"SELECT v::{sql_type}::text FROM unnest(%s::text[]) "
+                                   "WITH ORDINALITY AS u(v, n) ORDER BY n", ([k[i] for k in keys],))
+            except psycopg2.DataError as e:
+                raise InvalidKeyError(f"{table.qualified}.{table.key[i]} ({sql_type}): "
+                                      f"{str(e).strip().splitlines()[0]}") from None
+            for k, (v,) in zip(out, rows):
+                k[i] = v
+        return [tuple(k) for k in out]
+
+    # -- schemas -----------------------------------------------------------------
+    def replica_identity(self, table: str) -> str:
+        """pg_class.relreplident as last read: f(ull), d(efault), n(othing), i(ndex)."""
+        self.table_schema(table)
+        return self._replident[table]
+
+    def _load_schema(self, table: str) -> None:
+        schema, native, replident = load_table(self._query, table, self.name)
+        self._schemas[table], self._native[table], self._replident[table] = schema, native, replident
+
+    # -- chunks ------------------------------------------------------------------
+    def _key_types(self, table: TableSchema) -> list[str]:
+        native = self.native_columns(table.qualified)
+        return [native[k].type_name for k in table.key]
+
+    def _key_exprs(self, table: TableSchema) -> str:
+        native = self.native_columns(table.qualified)
+        return ", ".join(select_expr(native[k], bound_ident) for k in table.key)
+
+    def _order(self, table: TableSchema, desc: bool = False) -> str:
+        """ORDER BY the key columns themselves: a bare name would sort by the output
+        column of that name, which select_expr may have made text (9.5 > 10.5)."""
+        qt = quote_table(table.qualified).replace("%", "%%")
+        return ", ".join(f"{qt}.{bound_ident(k)}{' DESC' if desc else ''}" for k in table.key)
+
+    def max_key(self, table: TableSchema) -> tuple | None:
+        desc = self._order(table, desc=True)
+        rows = self._query(table_stmt(f"SELECT {self._key_exprs(table)} FROM ", table.qualified,
+                                      f" ORDER BY {desc} LIMIT 1"))
+        return self._typed_key(table, rows[0]) if rows else None
+
+    def plan_chunk(self, table: TableSchema, after: tuple | None, upto: tuple, size: int,
+                   parts: int) -> ChunkPlan | None:
+        """The next at most ``size`` keys with after < key <= upto, split into at most
+        ``parts`` partitions of near-equal key counts; one query over the primary key
+        (row comparisons, an index range scan)."""
+        if size < 1 or parts < 1:
+            raise ValueError("size and parts must be at least 1")
+        types = self._key_types(table)
+        p = BoundParams()
+        cond = []
+        if after is not None:
+            cond.append(key_after(table.key, after, p, types, bound_ident))
+        cond.append(key_upto(table.key, upto, p, types, bound_ident))
+        keys = ", ".join(bound_ident(k) for k in table.key)
+        before = (
+            f"SELECT {self._key_exprs(table)}, \"__dblog_cnt\" FROM ("
+            f"SELECT {keys}, row_number() OVER (ORDER BY {keys}) AS \"__dblog_rn\", "
+            f"count(*) OVER () AS \"__dblog_cnt\" FROM ("
+            f"SELECT {keys} FROM ")
+        text = (
+            f" WHERE {' AND '.join(cond)} "
+            f"ORDER BY {keys} LIMIT %s) AS \"__dblog_chunk\") AS \"__dblog_numbered\" "
+            "WHERE \"__dblog_rn\" = \"__dblog_cnt\" "
+            "OR (\"__dblog_rn\" * %s) / \"__dblog_cnt\" > ((\"__dblog_rn\" - 1) * %s) / \"__dblog_cnt\" "
+            "ORDER BY \"__dblog_rn\"")
+        rows = self._query(table_stmt(before, table.qualified, text),
+                           p.args + [int(size), int(parts), int(parts)])
+        return self._plan_from_rows(table, after, rows)
+
+    def range_predicates(self, table: TableSchema, plan: ChunkPlan) -> list[str]:
+        """One WHERE predicate per partition, ``bounds[i] < key <= bounds[i+1]``, with
+        literals rendered from the plan's bounds (Spark cannot bind parameters).
+
+        Written against ``jdbc_table(table)`` (a key column read through an expression
+        is named by its raw alias there); they need standard_conforming_strings=on."""
+        cols = self._predicate_columns(table)
+        types = self._key_types(table)
+        out = []
+        for lo, hi in zip(plan.bounds, plan.bounds[1:]):
+            if hi is None:
+                raise ValueError("a partition's upper bound cannot be None")
+            parts = []
+            if lo is not None:
+                parts.append(key_after(cols, lo, pg_literal, types))
+            parts.append(key_upto(cols, hi, pg_literal, types))
+            out.append(" AND ".join(parts))
+        return out
+
+    def select_list(self, table: TableSchema, quote: Callable[[str], str] = quote_ident) -> str:
+        native = self.native_columns(table.qualified)
+        return ", ".join(select_expr(native[c], quote) for c in table.column_names)
+
+    def select_keys(self, table: TableSchema, keys: Sequence[tuple]) -> pa.Table:
+        """The current rows of the given keys (bound parameters, autocommit statements)."""
+        types = self._key_types(table)
+        cols: dict[str, list] = {c: [] for c in table.column_names}
+        keys = list(dict.fromkeys(tuple(k) for k in keys))
+        for i in range(0, len(keys), SELECT_BATCH):
+            batch = keys[i:i + SELECT_BATCH]
+            p = BoundParams()
+            if len(table.key) == 1:
+                where = (f"{bound_ident(table.key[0])} IN ("
+                         + ", ".join(p(k[0], types[0]) for k in batch) + ")")
+            else:
+                tuples = ["(" + ", ".join(p(v, t) for v, t in zip(k, types)) + ")" for k in batch]
+                where = f"{row_expr(table.key, bound_ident)} IN ({', '.join(tuples)})"
+            query = table_stmt(f"SELECT {self.select_list(table, bound_ident)} FROM ", table.qualified,
+                               f" WHERE {where}")
+            self._append_rows(table, cols, self._query(query, p.args))
+        return self._arrow(table, cols)
+
+    def keys_where(self, table: TableSchema, condition: str, limit: int) -> list[tuple]:
+        """Keys of the rows matching a user's WHERE condition (parsed strictly, values bound),
+        in key order; at most ``limit`` + 1 so the caller can tell it was cut."""
+        cond = parse_condition(table, condition, bound_ident)
+        query = table_stmt(f"SELECT {self._key_exprs(table)} FROM ", table.qualified,
+                           f" WHERE {cond.sql} ORDER BY {self._order(table)} LIMIT {int(limit) + 1}")
+        return [self._typed_key(table, row) for row in self._query(query, list(cond.params))]
+
+    # -- Spark JDBC ----------------------------------------------------------------
+    def jdbc(self) -> tuple[str, dict[str, str]]:
+        """URL and properties for spark.read.jdbc with the PostgreSQL JDBC driver.
+
+        - sessionInitStatement: READ COMMITTED (no snapshot held across the chunk
+          beyond one statement), a UTC session, standard_conforming_strings on (the
+          literals of range_predicates).
+        - preferTimestampNTZ: timestamp columns (and timestamptz, which jdbc_table
+          reads as ``AT TIME ZONE 'UTC'``) read as TIMESTAMP_NTZ.
+        - fetchsize: Spark's PostgreSQL dialect turns autocommit off when it is set,
+          so the driver streams with a cursor.
+        """
+        ep = self.config.endpoint
+        url = f"jdbc:postgresql://{ep.host}:{int(ep.port)}/{ep.database}"
+        props = {
+            "driver": JDBC_DRIVER,
+            "user": ep.user,
+            "password": ep.password,
+            "sessionInitStatement": JDBC_SESSION_INIT,
+            "fetchsize": "10000",
+            "preferTimestampNTZ": "true",
+        }
+        return url, props
+
+    def jdbc_table(self, table: str | TableSchema) -> str:
+        """spark.read.jdbc's ``table``: the quoted ``"schema"."table"``, or a derived
+        table of it when some column is read through an expression (select_expr:
+        timestamptz, json/jsonb, uuid, time, arrays, unconstrained numeric, ...). A
+        key column read through an expression is also selected raw as
+        ``raw_key_alias(name)``, which range_predicates use; PostgreSQL pulls the
+        sub-select up, so the predicates stay index range scans. Select
+        ``table.column_names`` from the result (the aliases are extra columns)."""
+        schema = table if isinstance(table, TableSchema) else self.table_schema(table)
+        native = self.native_columns(schema.qualified)
+        if not any(needs_expr(native[c]) for c in schema.column_names):
+            return quote_table(schema.qualified)
+        exprs = [select_expr(native[c]) for c in schema.column_names]
+        exprs += [f"{quote_ident(k)} AS {quote_ident(raw_key_alias(k))}"
+                  for k in schema.key if needs_expr(native[k])]
+        return f"(SELECT {', '.join(exprs)} FROM {quote_table(schema.qualified)}) AS \"dblog_chunk\""
+
+    # -- the WAL -------------------------------------------------------------------
+    def current_resume(self) -> tuple[Position, dict]:
+        """The current end of the WAL: Position(0, LSN, 0) and {"lsn": "X/Y"}."""
+        (lsn,), = self._query("SELECT pg_current_wal_lsn()::text")
+        return Position(0, lsn_to_int(lsn), 0), {"lsn": str(lsn)}
+
+    heartbeat_s = 0.5   # how soon an idle read_log yields Idle
+
+    @property
+    def slot(self) -> SlotAndPublication:
+        """The slot and publication (slot.py), made on first use."""
+        if self._slot is None:
+            self._slot = SlotAndPublication(self)
+        return self._slot
+
+    def prepare_log(self) -> None:
+        """Create the publication and the replication slot if missing (before the
+        tail's first checkpoint, so no change falls between them)."""
+        self.slot.prepare()
+
+    def confirm(self, resume: dict) -> None:
+        """Everything before ``resume`` is durable: the slot may release it."""
+        self.slot.confirm(lsn_to_int(resume["lsn"]))
+
+    def drop_log(self) -> None:
+        """Drop the replication slot and the publication (a source taken out of CDC)."""
+        self.slot.drop()
+
+    def read_log(self, resume: dict | None, should_stop: Callable[[], bool]) -> Iterator[LogItem]:
+        """Row changes of the configured tables, watermark writes, transaction ends and
+        Idle, from ``resume`` (a TxnEnd's resume dict; None: the current end of the WAL)
+        through the replication slot (stream.py)."""
+        if resume is None:
+            self.prepare_log()
+            _, resume = self.current_resume()
+        return LogStream(self, self.slot).read(lsn_to_int(resume["lsn"]), should_stop, self.heartbeat_s)

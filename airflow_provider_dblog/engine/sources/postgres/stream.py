@@ -1,0 +1,120 @@
+"""PostgreSQL's change log read as a stream: a logical replication connection on the
+source's slot (slot.py), pgoutput protocol version 1, each message decoded
+(pgoutput.py) and fed to the transaction assembler (changes.py).
+
+- Standby feedback confirms (flush LSN) only what the caller says is durable
+  (``SlotAndPublication.confirm``, called by the tail after its checkpoint commit), so
+  the slot never drops WAL that is not saved, and the WAL does not grow without bound.
+- Between transactions, a keepalive's wal_end becomes a TxnEnd (the checkpoint follows
+  WAL written by other tables); a quiet server gives Idle.
+- Values arrive as text and are parsed by the captured column's type
+  (column_types.text_converter), giving the values select_keys reads.
+
+Nothing here imports Airflow.
+"""
+from __future__ import annotations
+
+import select
+import time
+from typing import Callable, Iterator
+
+import psycopg2
+import psycopg2.extras
+
+from ...positions import Position
+from ...values import pg_options
+from ..base import Idle, LogItem, TxnEnd
+from .changes import TransactionAssembler
+from .lsn import int_to_lsn
+from .pgoutput import decode
+from .pgoutput_messages import Commit, Delete, Insert, Update
+from .slot import SlotAndPublication
+
+# the walsender prints values with these settings (pgoutput's text format): the same
+# as every other session of the engine (values.PG_TEXT_SETTINGS)
+REPLICATION_OPTIONS = pg_options()
+FEEDBACK_EVERY_S = 5.0    # standby status also acts as the connection's keepalive
+BOUNDARY_EVERY_S = 0.2    # how often a keepalive's wal_end becomes a TxnEnd
+CHECK_EVERY = 64          # messages between two stop tests inside a transaction
+
+
+class LogStream:
+    """The reader of one PostgresSource's slot."""
+
+    def __init__(self, source, slot: SlotAndPublication):
+        self.source = source
+        self.slot = slot
+
+    def _connect(self):
+        ep = self.source.config.endpoint
+        return psycopg2.connect(host=ep.host, port=int(ep.port), user=ep.user,
+                                password=ep.password or None, dbname=ep.database or None,
+                                connect_timeout=10, application_name="dblog-tail",
+                                options=REPLICATION_OPTIONS,
+                                connection_factory=psycopg2.extras.LogicalReplicationConnection)
+
+    def read(self, start_lsn: int, should_stop: Callable[[], bool],
+             idle_s: float) -> Iterator[LogItem]:
+        """Row changes, watermark writes, transaction ends and Idle from ``start_lsn``
+        until ``should_stop()``."""
+        src, slot = self.source, self.slot
+        slot.await_free(start_lsn)
+        txns = TransactionAssembler({t: src.table_schema(t) for t in src.tables},
+                                    {t: src.native_columns(t) for t in src.tables},
+                                    src.watermark_table)
+        conn = self._connect()
+        cur = conn.cursor()
+        slot.confirm(start_lsn)
+        sent = 0
+        last_feedback = last_boundary = 0.0
+        last_idle = time.monotonic()
+        last_end = start_lsn   # the highest TxnEnd position given so far
+        tick = 0               # messages until the next stop test and feedback look
+        try:
+            cur.start_replication(slot_name=slot.slot_name, decode=False, start_lsn=int(start_lsn),
+                                  options={"proto_version": "1",
+                                           "publication_names": slot.publication})
+            while True:
+                # the stop test and the feedback clock: after every commit and idle spell,
+                # and every CHECK_EVERY messages inside a long transaction (not per message:
+                # a row change costs a few microseconds, and they would be a fifth of it)
+                if tick <= 0:
+                    if should_stop():
+                        break
+                    tick = CHECK_EVERY
+                    now = time.monotonic()
+                    if slot.confirmed > sent or now - last_feedback >= FEEDBACK_EVERY_S:
+                        cur.send_feedback(flush_lsn=slot.confirmed, force=True)
+                        sent, last_feedback = slot.confirmed, now
+                tick -= 1
+                msg = cur.read_message()
+                if msg is None:
+                    tick = 0
+                    now = time.monotonic()
+                    # Every message before the last keepalive is read, and the server had
+                    # decoded all the WAL before its wal_end: outside a transaction that is
+                    # a clean boundary, so the checkpoint follows WAL written by other tables
+                    wal_end = int(cur.wal_end or 0)
+                    if not txns.in_txn and wal_end > last_end and now - last_boundary >= BOUNDARY_EVERY_S:
+                        last_end, last_boundary = wal_end, now
+                        yield TxnEnd(Position(0, wal_end, 0), {"lsn": int_to_lsn(wal_end)})
+                    # Idle when the server is quiet, and at least every idle_s anyway: a
+                    # stream of keepalives must not keep the caller from its own chores
+                    if not select.select([cur], [], [], idle_s)[0] or now - last_idle >= idle_s:
+                        last_idle = time.monotonic()
+                        yield Idle()
+                    continue
+                m = decode(msg.payload)
+                cls = m.__class__
+                if cls is Insert or cls is Update or cls is Delete:   # the common case first
+                    seen = txns.change(m)
+                    if seen is not None:
+                        yield seen
+                elif cls is Commit:
+                    tick = 0
+                    last_end = max(last_end, m.end_lsn)
+                    yield from txns.commit(m)
+                else:
+                    txns.other(m)
+        finally:
+            conn.close()

@@ -1,0 +1,83 @@
+"""The watermark table of a PostgreSQL source and the writes of its watermarks: each
+one a single-row UPDATE in its own autocommit transaction, returning only once every
+transaction already in the log is visible to new snapshots (``_await_logged_commits``).
+
+Nothing here imports Airflow.
+"""
+from __future__ import annotations
+
+import time
+
+from psycopg2 import sql
+
+from ...errors import WatermarkError
+from ..common import WATERMARK_TABLE
+from .sql import table_ident, table_stmt
+
+
+class WatermarkWrites:
+    """PostgresSource's watermark table and writes (a mixin: it queries through the source)."""
+
+    def ensure_watermark_table(self) -> None:
+        wm = table_ident(self.watermark_table)
+        self._query(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.namespace)),
+                    fetch=False)
+        self._query(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id smallint PRIMARY KEY, "
+                            "value text NOT NULL, updated_at timestamptz)").format(wm), fetch=False)
+        ident = self._query(
+            "SELECT c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s", (self.namespace, WATERMARK_TABLE))
+        if ident and ident[0][0] != "f":  # (ALTER takes a short exclusive lock: only once)
+            self._query(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(wm), fetch=False)
+        self._query(sql.SQL("INSERT INTO {} (id, value) VALUES (1, '') ON CONFLICT (id) DO NOTHING")
+                    .format(wm), fetch=False)
+
+    def write_watermark(self, value: str) -> None:
+        """One single-row UPDATE, alone in its own autocommit transaction."""
+        if not isinstance(value, str) or not value or len(value) > 36:
+            raise ValueError(f"a watermark is a UUID string of at most 36 characters, not {value!r}")
+        query = table_stmt("UPDATE ", self.watermark_table, " SET value = %s, updated_at = now() WHERE id = 1")
+        with self._wm_lock:
+            self._wm_conn = self._alive(self._wm_conn)
+            with self._wm_conn.cursor() as cur:
+                cur.execute(query, (value,))
+                n = cur.rowcount
+                if n == 1:
+                    self._await_logged_commits(cur)
+        if n != 1:
+            raise WatermarkError(f"watermark row of {self.watermark_table} is missing "
+                                 "(run ensure_watermark_table)")
+
+    visible_timeout_s = 120.0   # how long a logged commit may stay invisible (see below)
+
+    def _await_logged_commits(self, cur) -> None:
+        """Wait until every transaction whose commit is in the WAL is visible.
+
+        PostgreSQL writes a transaction's commit record, marks it committed, and only then
+        makes it visible to new snapshots; a synchronous standby's acknowledgement comes in
+        between. A transaction in that gap is in the log before this watermark, yet a chunk
+        select after the watermark would not see it: its old row would be emitted at the HW,
+        over the newer log event (tests/integration/test_invariants.py). So after a
+        watermark, no transaction of this database may be committed and still running: none
+        waiting for a synchronous standby (pg_stat_activity's ``SyncRep`` wait; seeing other
+        users' sessions needs pg_read_all_stats, which ``check`` asks for), none committed
+        in the commit log while still in the snapshot's running set. Fails closed after
+        ``visible_timeout_s``."""
+        deadline = time.monotonic() + self.visible_timeout_s
+        while True:
+            cur.execute(
+                "SELECT array_agg(DISTINCT x) FROM ("
+                " SELECT backend_xid::text AS x FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+                " AND datname = current_database() AND backend_xid IS NOT NULL UNION ALL "
+                " SELECT x::text FROM pg_snapshot_xip(pg_current_snapshot()) AS x "
+                " WHERE pg_xact_status(x) = 'committed') AS logged")
+            (pending,), = cur.fetchall()
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise WatermarkError(
+                    f"source {self.name!r}: transaction(s) {', '.join(pending[:5])} committed in the "
+                    f"log but still not visible after {self.visible_timeout_s:.0f}s (a synchronous "
+                    "standby that does not answer?): a chunk select would not see them. Fix the "
+                    "standby (synchronous_standby_names), then resume the dump")
+            time.sleep(0.005)
