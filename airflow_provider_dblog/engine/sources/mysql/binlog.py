@@ -1,0 +1,306 @@
+"""Reading the binlog (mysql-replication): row changes of the captured tables,
+watermark writes, transaction ends and Idle, one handler per kind of event.
+
+Positions are (binlog file number, start offset of the rows event, row index in
+the event). A TxnEnd sits at the offset of the event after the commit, so it is
+greater than every event of its transaction and not greater than any later one.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import pymysql
+
+from ...config import Endpoint
+from ...errors import DBLogError, SchemaChangedError, SourceSetupError
+from ...events import DELETE, INSERT, UPDATE, Event
+from ...positions import Position
+from ...schema import TableSchema
+from ..base import Idle, LogItem, RowChange, TxnEnd, WatermarkSeen
+from .ddl import check_ddl, savepoint_statement
+from .rows import NO_NAMES, RowConverter
+from .types import NativeColumn
+
+log = logging.getLogger(__name__)
+
+# MariaDB's compressed query and rows events (log_bin_compress=ON): mysql-replication
+# has no decoder for them, so they would pass unseen
+COMPRESSED_EVENTS = frozenset(range(165, 172))
+
+
+def binlog_file_number(name: str) -> int:
+    m = re.search(r"\.(\d+)$", name)
+    if not m:
+        raise DBLogError(f"cannot read a file number from binlog file name {name!r}")
+    return int(m.group(1))
+
+
+def _pymysql_connect(**settings):
+    """mysql-replication passes the deprecated ``db`` keyword to PyMySQL."""
+    if "db" in settings:
+        settings["database"] = settings.pop("db")
+    return pymysql.connect(**settings)
+
+
+def check_binlog_key(schema: TableSchema, primary_key: Any) -> None:
+    """SchemaChangedError if a rows event names another primary key than the schema's."""
+    if not primary_key:  # no key metadata (e.g. a prefix key): nothing to compare
+        return
+    key = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+    if set(key) != set(schema.key):
+        raise SchemaChangedError(
+            f"the primary key of {schema.qualified} is now ({', '.join(key)}), was "
+            f"({', '.join(schema.key)}): update the capture's schema and re-dump the table")
+
+
+@dataclass(frozen=True)
+class CapturedTable:
+    schema: TableSchema
+    native: dict[str, NativeColumn]
+    transactional: bool   # its engine rolls back (see catalog.TRANSACTIONAL_ENGINES)
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """Where and how the reader connects (see MySQLSource.read_log)."""
+    source_name: str
+    endpoint: Endpoint
+    server_id: int
+    heartbeat_s: float
+    read_timeout_s: float
+
+
+class BinlogReader:
+    """One read of the binlog from a resume point (a TxnEnd's resume dict).
+
+    The open transaction's row changes are held and given out at its commit: a
+    ROLLBACK (a transaction that also wrote a non-transactional table is logged,
+    then rolled back) or a ROLLBACK TO SAVEPOINT drops those of transactional tables."""
+
+    def __init__(self, settings: StreamSettings, tables: dict[str, CapturedTable],
+                 watermark_table: str, resume: dict):
+        self.settings = settings
+        self.tables = tables
+        self.watermark_table = watermark_table
+        self.file = str(resume["file"])
+        self.file_no = binlog_file_number(self.file)
+        self.start_pos = int(resume["pos"])
+        self.in_txn = False          # between BEGIN and its commit
+        self.captured_in_txn = 0     # rows of watched tables in the open transaction
+        self.txn: list[Event] = []
+        self.savepoints: dict[str, int] = {}
+        self.converters: dict[str, RowConverter] = {}
+        self.connects = 0
+        self.should_stop: Callable[[], bool] = lambda: False
+        self.stopped = False         # a handler saw should_stop() mid-event
+        self.time2 = 0               # mysql-replication's FIELD_TYPE.TIME2
+
+    def read(self, should_stop: Callable[[], bool]) -> Iterator[LogItem]:
+        # imported here: the library is only needed (and loaded) by a reading process
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.constants import FIELD_TYPE
+        from pymysqlreplication.event import (HeartbeatLogEvent, NotImplementedEvent, QueryEvent,
+                                              RotateEvent, XAPrepareEvent, XidEvent)
+        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+        # the stream gives only these classes (exactly: it filters by class), so
+        # type(event) picks the handler
+        handlers = {
+            WriteRowsEvent: lambda ev: self._on_rows(ev, INSERT),
+            UpdateRowsEvent: lambda ev: self._on_rows(ev, UPDATE),
+            DeleteRowsEvent: lambda ev: self._on_rows(ev, DELETE),
+            XidEvent: self._on_xid, QueryEvent: self._on_query, RotateEvent: self._on_rotate,
+            HeartbeatLogEvent: self._on_heartbeat, XAPrepareEvent: self._on_xa_prepare,
+            NotImplementedEvent: self._on_not_implemented,
+        }
+        self.time2 = FIELD_TYPE.TIME2
+        self.should_stop = should_stop
+        stream = self._open(BinLogStreamReader, list(handlers))
+        try:
+            while not should_stop():
+                ev = stream.fetchone()
+                if ev is None:
+                    yield from self._on_stream_end()
+                    continue
+                yield from handlers[type(ev)](ev)
+                if self.stopped:
+                    return
+        finally:
+            stream.close()
+
+    def _open(self, stream_class: type, events: list[type]):
+        s, ep = self.settings, self.settings.endpoint
+        db, _, wm_name = self.watermark_table.partition(".")
+        return stream_class(
+            connection_settings={"host": ep.host, "port": int(ep.port), "user": ep.user,
+                                 "password": ep.password, "connect_timeout": 10,
+                                 "read_timeout": max(s.read_timeout_s, 4 * s.heartbeat_s)},
+            server_id=s.server_id, log_file=self.file, log_pos=self.start_pos, resume_stream=True,
+            blocking=True, slave_heartbeat=s.heartbeat_s, is_mariadb=False,
+            pymysql_wrapper=_pymysql_connect, only_events=events, filter_non_implemented_events=False,
+            only_schemas=sorted({t.split(".", 1)[0] for t in self.tables} | {db}),
+            only_tables=sorted({t.split(".", 1)[1] for t in self.tables} | {wm_name}),
+            enable_logging=False)
+
+    # -- transactions --------------------------------------------------------------
+    def _txn_end(self, offset: int) -> TxnEnd:
+        return TxnEnd(Position(self.file_no, offset, 0), {"file": self.file, "pos": offset})
+
+    def _commit(self, offset: int) -> Iterator[LogItem]:
+        """The open transaction's changes, then its end."""
+        out, self.txn = self.txn, []
+        self.savepoints.clear()
+        self.in_txn, self.captured_in_txn = False, 0
+        yield from (RowChange(e) for e in out)
+        yield self._txn_end(offset)
+
+    def _roll_back(self, since: int) -> None:
+        """Drop the changes of transactional tables from the ``since``-th on."""
+        self.txn = self.txn[:since] + [e for e in self.txn[since:]
+                                       if not self.tables[e.table].transactional]
+
+    # -- one handler per kind of event ---------------------------------------------
+    def _on_stream_end(self) -> Iterator[LogItem]:
+        """The server ended the stream (shutdown?)."""
+        if self.in_txn:
+            raise DBLogError("the binlog stream ended inside a transaction; "
+                             "restart from the last checkpoint")
+        yield Idle()
+        time.sleep(self.settings.heartbeat_s)
+
+    def _on_heartbeat(self, ev: Any) -> Iterator[LogItem]:
+        yield Idle()
+
+    def _on_not_implemented(self, ev: Any) -> Iterator[LogItem]:
+        if ev.event_type in COMPRESSED_EVENTS:
+            raise SourceSetupError(
+                f"the binlog of source {self.settings.source_name!r} holds a compressed event (type "
+                f"{ev.event_type}, log_bin_compress=ON) that the reader cannot decode: "
+                "its rows would be lost. SET GLOBAL log_bin_compress=OFF (and in the "
+                "server config), then re-dump the tables and move the tail's checkpoint "
+                "past the compressed events")
+        return iter(())
+
+    def _on_rotate(self, ev: Any) -> Iterator[LogItem]:
+        if ev.timestamp == 0:  # sent at each (re)connect
+            self.connects += 1
+            if self.connects > 1 and self.in_txn:
+                raise DBLogError("the binlog connection was re-established inside a "
+                                 "transaction; restart from the last checkpoint")
+            if self.connects > 1:
+                log.info("binlog connection of %s re-established at %s:%s",
+                         self.settings.source_name, ev.next_binlog, ev.position)
+        self.file = ev.next_binlog
+        self.file_no = binlog_file_number(self.file)
+        if ev.timestamp != 0 and not self.in_txn:  # a real rotation: a clean boundary
+            yield self._txn_end(int(ev.position))
+
+    def _on_xid(self, ev: Any) -> Iterator[LogItem]:
+        yield from self._commit(ev.packet.log_pos)   # log_pos: where the next event starts
+
+    def _on_xa_prepare(self, ev: Any) -> Iterator[LogItem]:
+        if self.captured_in_txn:
+            raise DBLogError("an XA transaction changed captured tables; XA "
+                             "transactions are not supported")
+        self.in_txn = False
+        yield self._txn_end(ev.packet.log_pos)
+
+    def _on_query(self, ev: Any) -> Iterator[LogItem]:
+        offset = ev.packet.log_pos
+        q = " ".join(str(ev.query).split()).upper().rstrip(";")
+        if q in ("BEGIN", "START TRANSACTION") or q.startswith("XA START"):
+            self.in_txn, self.captured_in_txn = True, 0
+        elif not self.in_txn or q in ("COMMIT", "ROLLBACK"):
+            # COMMIT of a non-transactional engine, or DDL (its own transaction)
+            if not self.in_txn:
+                db = (ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes)
+                      else str(ev.schema or ""))
+                check_ddl(str(ev.query), db, list(self.tables), Position(self.file_no, offset, 0))
+            if q == "ROLLBACK":
+                self._roll_back(0)
+            yield from self._commit(offset)
+        else:   # SAVEPOINT / ROLLBACK TO inside a transaction: not an end
+            savepoint = savepoint_statement(ev.query)
+            if savepoint is not None:
+                rollback, name = savepoint
+                if rollback:
+                    self._roll_back(self.savepoints.get(name, 0))
+                else:
+                    self.savepoints[name] = len(self.txn)
+
+    def _on_rows(self, ev: Any, kind: str) -> Iterator[LogItem]:
+        table = f"{ev.schema}.{ev.table}"
+        if table == self.watermark_table:
+            self.in_txn = True
+            if kind != DELETE:
+                yield from self._watermarks(ev, kind)
+        elif table in self.tables:
+            self.in_txn = True
+            # once per rows event, not per row: a stop only ever discards the open
+            # (uncommitted) transaction, so checking here loses nothing
+            if self._hold_changes(table, ev, kind) and self.should_stop():
+                self.stopped = True
+
+    def _watermarks(self, ev: Any, kind: str) -> Iterator[LogItem]:
+        start = ev.packet.log_pos - ev.packet.event_size
+        for i, row in enumerate(ev.rows):
+            values = row["after_values"] if kind == UPDATE else row["values"]
+            if "value" not in values:
+                raise SourceSetupError(
+                    f"the binlog carries no column names for {self.watermark_table}: "
+                    "SET GLOBAL binlog_row_metadata=FULL (and in the server config)")
+            value = values["value"]
+            if isinstance(value, bytes):
+                value = value.decode("ascii")
+            yield WatermarkSeen(str(value).strip(), Position(self.file_no, start, i))
+            if self.should_stop():
+                self.stopped = True
+                return
+
+    def _hold_changes(self, table: str, ev: Any, kind: str) -> bool:
+        """The rows event's changes join the open transaction; False if it had no rows."""
+        captured = self.tables[table]
+        conv = self.converters.get(table)
+        if conv is None:
+            conv = self.converters[table] = RowConverter(captured.schema, captured.native)
+        check_binlog_key(captured.schema, ev.primary_key)
+        rows = ev.rows  # decodes every row image of the event
+        if not rows:
+            return False
+        start = ev.packet.log_pos - ev.packet.event_size
+        ts = int(ev.timestamp) * 1000
+        fix_time = conv.fix_time(ev.columns, self.time2) if conv.has_time else NO_NAMES
+
+        def change(kind: str, seq: int, key: tuple, before, after, why: str | None) -> None:
+            self.txn.append(Event(table, kind, key, before, after,
+                                  Position(self.file_no, start, seq), ts, why))
+
+        seq = 0
+        if kind == UPDATE:
+            conv.check_names(rows, "before_values")
+            conv.check_names(rows, "after_values")
+            for row in rows:
+                before, kb, wb = conv.image(row["before_values"], row["before_none_sources"], fix_time)
+                after, ka, wa = conv.image(row["after_values"], row["after_none_sources"], fix_time)
+                if kb == ka:
+                    change(UPDATE, seq, kb, before, after, wa)
+                    seq += 1
+                else:  # a primary-key change: the old key goes, the new one comes
+                    change(DELETE, seq, kb, before, None, wb if conv.uncarried_key(kb) else None)
+                    change(INSERT, seq + 1, ka, None, after, wa)
+                    seq += 2
+        else:
+            conv.check_names(rows, "values")
+            for row in rows:
+                image, key, why = conv.image(row["values"], row["none_sources"], fix_time)
+                if kind == INSERT:
+                    change(INSERT, seq, key, None, image, why)
+                else:
+                    change(DELETE, seq, key, image, None, why if conv.uncarried_key(key) else None)
+                seq += 1
+        self.captured_in_txn += seq
+        return True

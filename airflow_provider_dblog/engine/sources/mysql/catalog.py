@@ -1,0 +1,84 @@
+"""A table's shape from information_schema: its TableSchema, the NativeColumn of
+each column, and its storage engine."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import pymysql
+
+from ...errors import SourceSetupError, UnknownTableError
+from ...schema import Column, TableSchema
+from .types import NativeColumn, bit_length, check_charset, logical_type, set_members
+
+# engines that roll back (MyISAM, Aria, MEMORY do not: their rows stay written when
+# the transaction around them rolls back)
+TRANSACTIONAL_ENGINES = {"innodb", "xtradb", "rocksdb", "tokudb"}
+
+Query = Callable[[str, Sequence[Any]], list[tuple]]
+
+
+@dataclass(frozen=True)
+class CatalogTable:
+    schema: TableSchema
+    native: dict[str, NativeColumn]
+    engine: str   # ENGINE, lower case (see TRANSACTIONAL_ENGINES)
+
+
+def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -> CatalogTable:
+    """The shape of ``table`` ("db.name"); UnknownTableError if it is not a base table,
+    SourceSetupError for a column type that cannot be carried, NoPrimaryKeyError."""
+    db, _, name = table.partition(".")
+    kind = query("SELECT TABLE_TYPE, ENGINE FROM information_schema.TABLES "
+                 "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, name))
+    if not kind:
+        raise UnknownTableError(f"table {table} does not exist in source {source_name!r}")
+    if kind[0][0] != "BASE TABLE":
+        raise UnknownTableError(f"{table} is a {kind[0][0].lower()}, not a table: only base "
+                                "tables have row events in the binlog")
+    cols = query(
+        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, "
+        "NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_OCTET_LENGTH, CHARACTER_SET_NAME "
+        "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+        "ORDER BY ORDINAL_POSITION", (db, name))
+    key = [r[0] for r in query(
+        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+        "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX", (db, name))]
+    json_cols = _json_check_columns(query, db, name)
+    columns, native = [], {}
+    for cname, dtype, ctype, nullable, prec, scale, fsp, octets, charset in cols:
+        dtype, ctype = str(dtype).lower(), str(ctype).lower()
+        try:
+            logical = logical_type(dtype, ctype, prec, scale, cname in json_cols)
+            check_charset(str(charset or "").lower())
+        except ValueError as e:
+            raise SourceSetupError(f"{table}.{cname}: {e}") from None
+        length = 0
+        if dtype == "binary":
+            length = int(octets or 0)
+        elif dtype == "bit":
+            length = bit_length(ctype)
+        native[cname] = NativeColumn(cname, dtype, ctype, logical,
+                                     fsp=int(fsp or 0) if dtype == "time" else 0,
+                                     length=length, set_values=set_members(ctype),
+                                     charset=str(charset or "").lower(),
+                                     zero_as_null=zero_as_null)
+        columns.append(Column(cname, logical, nullable == "YES"))
+    schema = TableSchema(db, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
+    return CatalogTable(schema, native, str(kind[0][1] or "").lower())
+
+
+def _json_check_columns(query: Query, db: str, name: str) -> set[str]:
+    """MariaDB's JSON is LONGTEXT with a CHECK (json_valid(col)) constraint."""
+    try:
+        rows = query("SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+                     "WHERE CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s", (db, name))
+    except pymysql.MySQLError:  # MySQL: no TABLE_NAME there, and JSON is a real type
+        return set()
+    out = set()
+    for (clause,) in rows:
+        m = re.fullmatch(r"\s*json_valid\(\s*`((?:[^`]|``)+)`\s*\)\s*", str(clause), re.I)
+        if m:
+            out.add(m.group(1).replace("``", "`"))
+    return out

@@ -1,0 +1,152 @@
+"""Binlog row images of one table -> rows of logical values and key tuples, through
+a converter function generated once per table (``RowConverter``)."""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from typing import Any, Sequence
+
+from ...errors import SchemaChangedError, SourceSetupError, UncarriedValueError
+from ...schema import TableSchema
+from ...values import EPOCH
+from .convert import INT_LIMIT, PLAIN_TYPES, SPECIAL_TYPES, fix_negative_time2, to_logical
+from .types import INT_BITS, NativeColumn
+
+NO_NAMES: frozenset = frozenset()
+
+# a key value that could not be carried: the key is still told apart from every other
+# (no real value of a date or number column is a string starting with "!")
+UNCARRIED_KEY = "!uncarried:"
+
+
+def _fast_check(n: NativeColumn, var: str) -> str | None:
+    """A Python expression true when ``var`` (not None) is already exactly what
+    to_logical would return for it (so it is kept as it is), or None when every
+    value of the column goes through to_logical."""
+    t = n.logical
+    if n.data_type == "datetime":
+        return f"({var}.__class__ is _datetime and {var}.tzinfo is None)"
+    if n.data_type == "timestamp":   # 1970-01-01 00:00:00 is the zero TIMESTAMP
+        return f"({var}.__class__ is _datetime and {var}.tzinfo is None and {var} != _EPOCH)"
+    if n.data_type == "date":
+        return f"{var}.__class__ is _date"
+    if n.data_type == "year":
+        return f"({var}.__class__ is int and {var} != 1900)"
+    if n.data_type in SPECIAL_TYPES:
+        return None
+    if t in PLAIN_TYPES:
+        return f"{var}.__class__ is {PLAIN_TYPES[t].__name__}"
+    if t in INT_BITS:
+        lim = INT_LIMIT[t]
+        return f"({var}.__class__ is int and {-lim} <= {var} < {lim})"
+    if t.startswith("decimal("):
+        return f"{var}.__class__ is _Decimal"   # to_logical: Decimal(value), an equal Decimal
+    return None
+
+
+class RowConverter:
+    """Binlog row images of one table -> (row dict of logical values, key tuple).
+
+    Built once per table: the per-column checks are compiled into one function,
+    so the common value (already of its logical type's exact Python type, in range)
+    costs one inline type test and anything else goes through ``to_logical``, which
+    raises on a type the captured schema does not expect (the table changed).
+
+    A value no target can hold (UncarriedValueError) becomes None in the row, and
+    ``errors`` names it; the caller turns the row's event into a held one
+    (``Event.error``) and calls ``take_errors``."""
+
+    def __init__(self, schema: TableSchema, native: dict[str, NativeColumn]):
+        self.schema = schema
+        self.names = list(schema.column_names)
+        self.natives = [native[c] for c in self.names]
+        self.has_time = any(n.data_type == "time" for n in self.natives)
+        self.errors: list[tuple[str, str]] = []   # (column, why) of the last converted images
+        env = {"_slow": self._slow, "_Decimal": decimal.Decimal, "_datetime": dt.datetime,
+               "_date": dt.date, "_EPOCH": EPOCH}
+        exec(compile(self._source(), f"<row converter {schema.qualified}>", "exec"), env)
+        self.convert = env["convert"]
+
+    def _source(self) -> str:
+        """The text of ``convert(values, none_sources, fix_time) -> (row, key)``."""
+        pos = {c: i for i, c in enumerate(self.names)}
+        vs = [f"v{i}" for i in range(len(self.names))]
+        lines = ["def convert(values, none_sources, fix_time):",
+                 f"    {', '.join(vs)}{',' if len(vs) == 1 else ''} = values.values()"]
+        for i, n in enumerate(self.natives):
+            v = vs[i]
+            fast = _fast_check(n, v)
+            slow = f"{v} = _slow({i}, {v}, none_sources, fix_time)"
+            if n.data_type in ("set", "date", "datetime", "timestamp"):
+                # None may be an empty set or a zero date (none_sources says which)
+                lines.append(f"    if {v} is None: {v} = _slow({i}, None, none_sources, fix_time)")
+                lines.append(f"    elif not {fast}: {slow}" if fast is not None else f"    else: {slow}")
+            elif fast is None:
+                lines.append(f"    if {v} is not None: {slow}")
+            else:
+                lines.append(f"    if {v} is not None and not {fast}: {slow}")
+        row = ", ".join(f"{self.names[i]!r}: {v}" for i, v in enumerate(vs))
+        key = "".join(f"{vs[pos[k]]}, " for k in self.schema.key)
+        lines.append(f"    return {{{row}}}, ({key})")
+        return "\n".join(lines)
+
+    def __call__(self, values: dict, none_sources: dict, fix_time) -> tuple[dict, tuple]:
+        return self.convert(values, none_sources, fix_time)
+
+    def image(self, values: dict, none_sources: dict, fix_time) -> tuple[dict, tuple, str | None]:
+        """(row, key, why): ``why`` names the values that could not be carried (None if all were)."""
+        row, key = self.convert(values, none_sources, fix_time)
+        if not self.errors:
+            return row, key, None
+        why, key = self.take_errors(row, key, values)
+        return row, key, why
+
+    @staticmethod
+    def uncarried_key(key: tuple) -> bool:
+        return any(isinstance(v, str) and v.startswith(UNCARRIED_KEY) for v in key)
+
+    def take_errors(self, row: dict, key: tuple, values: dict) -> tuple[str, tuple]:
+        """The error text of the last converted image, and its key (a key column that
+        could not be carried is named by its raw value); clears ``errors``."""
+        why = "; ".join(f"{self.schema.qualified}.{c}: {e}" for c, e in self.errors)
+        bad = {c for c, _ in self.errors}
+        if bad & set(self.schema.key):
+            key = tuple(f"{UNCARRIED_KEY}{values.get(k)!r}" if k in bad else row[k]
+                        for k in self.schema.key)
+        self.errors = []
+        return why, key
+
+    def check_names(self, rows: list, image: str) -> None:
+        names = self.names
+        for row in rows:
+            if list(row[image]) != names:
+                got = list(row[image])
+                if got and str(got[0]).startswith("UNKNOWN_COL"):
+                    raise SourceSetupError(
+                        f"the binlog carries no column names for {self.schema.qualified}: "
+                        "SET GLOBAL binlog_row_metadata=FULL (and in the server config)")
+                raise SchemaChangedError(
+                    f"the columns of {self.schema.qualified} changed (ALTER TABLE?): the binlog has "
+                    f"{got}, the captured schema {names}; update the capture's schema "
+                    "and re-dump the table")
+
+    def fix_time(self, columns: Sequence[Any], time2: int) -> frozenset:
+        """Names of the event's TIME(fsp>0) columns (mysql-replication misreads negative ones)."""
+        return frozenset(c.name for c in columns if c.type == time2 and getattr(c, "fsp", 0))
+
+    def _slow(self, i: int, value: Any, none_sources: dict, fix_time) -> Any:
+        n = self.natives[i]
+        name = n.name
+        if value is None and n.data_type == "set" and none_sources.get(name) == "empty set":
+            value = ""
+        elif name in fix_time and isinstance(value, dt.timedelta):
+            value = fix_negative_time2(value)
+        try:
+            return to_logical(n, value, none_sources.get(name) if value is None else None)
+        except UncarriedValueError as e:
+            self.errors.append((name, str(e)))
+            return None
+        except (TypeError, ValueError) as e:
+            raise SchemaChangedError(
+                f"{self.schema.qualified}.{name} ({n.column_type}): {e}; the column's type changed "
+                "(ALTER TABLE?): update the capture's schema and re-dump the table") from None
