@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from .errors import InvalidKeyError, NoPrimaryKeyError
 from .keys import encode_key, encode_key_array
-from .logical_types import DECIMAL_TYPE, NUMERIC_TYPE, arrow_type, check_type, is_text_carried, postgres_type  # noqa: F401
+from .logical_types import DECIMAL_TYPE, NUMERIC_TYPE, arrow_type, check_type, postgres_type
 from .values import FarDate, FarTimestamp, float32, numeric_text, parse_pg_date, parse_pg_timestamp
 
 _INT_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}

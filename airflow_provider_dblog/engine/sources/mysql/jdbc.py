@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...config import Endpoint
 from ...schema import TableSchema
-from ..common import raw_key_alias
+from ..sql_source import raw_key_alias
 from .sql import quote_ident, quote_table
 from .types import NativeColumn, needs_expr, select_expr
 

@@ -24,7 +24,7 @@ from ...errors import NoPrimaryKeyError, SourceSetupError, UnknownTableError, Wa
 from ...positions import Position
 from ...schema import TableSchema
 from ..base import ChunkPlan, LogItem, Problem
-from ..common import SELECT_BATCH, SqlSource
+from ..sql_source import SELECT_BATCH, SqlSource
 from . import checks
 from .binlog import BinlogReader, CapturedTable, StreamSettings, binlog_file_number
 from .catalog import TRANSACTIONAL_ENGINES, read_table

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...schema import arrow_type, is_text_carried
+from ...logical_types import arrow_type, is_text_carried
 from ...values import float32, parse_pg_date, parse_pg_timestamp
 from .text_values import BOOL, BYTEA, FLOAT8, INT2, INT4, INT8, converter_for
 from .sql import quote_ident

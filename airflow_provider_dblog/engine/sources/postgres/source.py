@@ -29,7 +29,7 @@ from ...positions import Position
 from ...schema import TableSchema
 from ...values import pg_options, pg_set_statements
 from ..base import ChunkPlan, LogItem
-from ..common import SELECT_BATCH, SqlSource, raw_key_alias
+from ..sql_source import SELECT_BATCH, SqlSource, raw_key_alias
 from .catalog import load_table
 from .checks import SetupChecks
 from .column_types import needs_expr, select_expr, text_parsed, to_logical

@@ -11,7 +11,7 @@ import time
 from psycopg2 import sql
 
 from ...errors import WatermarkError
-from ..common import WATERMARK_TABLE
+from ..sql_source import WATERMARK_TABLE
 from .sql import table_ident, table_stmt
 
 
