@@ -116,8 +116,8 @@ def cmd_control(cfg: Config, args) -> int:
 
 def cmd_apply(cfg: Config, args) -> int:
     """In-process up to ``apply.local_max_events`` events (engine/apply.py), else on Spark."""
-    from .engine.apply import apply_run
-    result = apply_run(cfg, args.target, args.tables, getattr(args, "via", "auto") or "auto")
+    from .engine.apply import run_apply
+    result = run_apply(cfg, args.target, args.tables, via=getattr(args, "via", "auto") or "auto")
     print(json.dumps(result, indent=2, default=str))
     return 0
 
@@ -140,13 +140,13 @@ def status(cfg: Config, source_name: str | None = None) -> dict:
         source.close()
     except Exception as e:  # status must work while the source is down
         out["log_head_error"] = str(e)
-    # per target, the tables whose apply stops before a value no target can hold (apply.held_at)
+    # per target, the tables whose apply stops before a value no target can hold (apply_plan.held_at)
     out["held"] = {}
     for tcfg in cfg.targets.values():
         if tcfg.source != src_cfg.name:
             continue
         try:
-            from .engine.apply import held_tables
+            from .engine.apply_plan import held_tables
             from .engine.targets import open_target
             with open_target(tcfg) as target:
                 held = held_tables(target, store, state, src_cfg.name, list(src_cfg.tables))

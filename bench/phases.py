@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from airflow_provider_dblog.engine.apply import apply_run
+from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.jobs import run_spark_job
 from airflow_provider_dblog.engine.positions import Position
@@ -282,7 +282,7 @@ def fresh(a, src, workdir: Path) -> dict:
             return {"submit_seconds": round(time.monotonic() - t, 3)}
     else:
         def apply_once() -> dict:  # what `dblog apply` does: in-process or on Spark by batch size
-            return apply_run(env.cfg, "tgt", via=a.apply_via)
+            return run_apply(env.cfg, "tgt", via=a.apply_via)
     try:
         tail = TailProcess(env)
         writer.start()

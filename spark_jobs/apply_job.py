@@ -15,9 +15,10 @@ PostgresTarget.merge_from_stage merges it and moves the checkpoint to the
 frontier in one transaction. Batches follow each other in position order, so a
 delete is never undone by an older snapshot, and a replayed batch changes nothing.
 
-The batch planning is airflow_provider_dblog.engine.apply's, shared with the local
-(in-process) applier that takes small batches: the ``dblog apply`` command and
-DBLogApplyOperator only spark-submit this job when a run holds more events than
+The batch planning (engine/apply_plan.py) and the stage and merge
+(engine/apply_batch.py) are shared with the local (in-process) applier that takes
+small batches: ``engine.apply.run_apply`` (the ``dblog apply`` command,
+DBLogApplyOperator) only runs this job when a run holds more events than
 ``apply.local_max_events``.
 
 Prints ``DBLOG_RESULT {per-table counts}``; exits 1 with ``DBLOG_ERROR <message>``.
@@ -36,13 +37,13 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(1, _ROOT)
 
-from airflow_provider_dblog.engine.apply import (  # noqa: E402
+from airflow_provider_dblog.engine.apply_batch import stage_and_merge  # noqa: E402
+from airflow_provider_dblog.engine.apply_plan import (  # noqa: E402
     SPARK,
     load_schemas,
     plan_table,
     resolve_tables,
     run_result,
-    stage_and_merge,
     with_sweep,
 )
 from spark_jobs.common import event_spark_schema, load, run_job, spark_session  # noqa: E402
@@ -118,7 +119,7 @@ class Applier:
         by_key = Window.partitionBy("key").orderBy(F.col("pos").desc())
         latest = (read_events(self.spark, schema, uris, lo, hi)
                   .withColumn("_rn", F.row_number().over(by_key))
-                  .where((F.col("_rn") == 1) & F.col("error").isNull()))   # see apply.flatten
+                  .where((F.col("_rn") == 1) & F.col("error").isNull()))   # see apply_batch.flatten
         image = F.when(F.col("op") == "delete", F.col("before")).otherwise(F.col("after"))
         flat = latest.select(*[image.getField(c).alias(c) for c in schema.column_names],
                              F.col("op").alias("_dblog_op"), F.col("pos").alias("_dblog_pos"))

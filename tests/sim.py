@@ -130,7 +130,8 @@ class SimSource:
 
         ``writes``: ("put", table, key) inserts the key or updates it if it exists;
         ("delete", table, key) deletes it if it exists (else nothing);
-        ("move", table, old, new) changes a row's primary key (if old exists and new does not).
+        ("move", table, old, new) changes a row's primary key (if old exists and new does not):
+        logged as a delete of ``old`` and an insert of ``new``.
         """
         staged: list[tuple[str, str, tuple, dict | None, dict | None]] = []
         db = {q: dict(rows) for q, rows in self.db.items()}  # the transaction's view
@@ -154,7 +155,10 @@ class SimSource:
                     old = rows.pop(old_key)
                     new = dict(old) | dict(zip(table.key, new_key)) | {"v": self._next_version()}
                     rows[new_key] = new
-                    staged.append((q, UPDATE, new_key, old, new))
+                    # as the sources log a primary-key change: the old key's delete, then
+                    # the new key's insert (MySQL's binlog and pgoutput alike)
+                    staged.append((q, DELETE, old_key, old, None))
+                    staged.append((q, INSERT, new_key, None, new))
             else:
                 raise ValueError(op)
         if not staged:
@@ -166,9 +170,6 @@ class SimSource:
             e = Event(q, op, key, before, after, pos, self.clock)
             events.append(e)
             self.log.append(e)
-            table = self.tables[q]
-            if before is not None and table.key_of(before) != key:  # a moved key
-                self.history[q][table.key_of(before)].append((pos, None))
             self.history[q][key].append((pos, after if op != DELETE else None))
         self.db = db
         return events
@@ -468,13 +469,12 @@ def merged_stream(sim: SimSource, table: TableSchema, dumps: Iterable[_Dump]) ->
 
 
 def effects(table: TableSchema, e: Event) -> list[tuple[tuple, dict | None]]:
-    """What an event does to the target, per key (a key move is a delete and an upsert)."""
+    """What an event does to the target, per key, as the real apply does it: a delete removes
+    its key's row, anything else upserts its after image (a key move is logged as a delete
+    of the old key and an insert of the new one)."""
     if e.op == DELETE:
         return [(table.key_of(e.before) if e.before is not None else e.key, None)]
-    new = table.key_of(e.after)
-    if e.op == UPDATE and e.before is not None and table.key_of(e.before) != new:
-        return [(table.key_of(e.before), None), (new, e.after)]
-    return [(new, e.after)]
+    return [(table.key_of(e.after), e.after)]
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""engine/apply.py held_at: where a table's apply stops so that no value that could not be
+"""engine/apply_plan.py held_at: where a table's apply stops so that no value that could not be
 carried (an event with ``error``) ever reaches a target, and no sooner.
 
 Hypothesis writes a table's log with the engine's own store (``EventStore``, the event
@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_dblog.engine.apply import flatten, held_at, latest_per_key
+from airflow_provider_dblog.engine.apply_batch import flatten
+from airflow_provider_dblog.engine.apply_plan import held_at, latest_per_key
 from airflow_provider_dblog.engine.events import DELETE, INSERT, SNAPSHOT, UPDATE, Event, event_arrow_schema
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.schema import Column, TableSchema

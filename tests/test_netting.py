@@ -14,7 +14,7 @@ from __future__ import annotations
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_dblog.engine.apply import latest_per_key
+from airflow_provider_dblog.engine.apply_plan import latest_per_key
 from airflow_provider_dblog.engine.events import DELETE, INSERT, UPDATE, Event, events_from_arrow, events_to_arrow
 from airflow_provider_dblog.engine.netting import net_changes
 from airflow_provider_dblog.engine.positions import Position

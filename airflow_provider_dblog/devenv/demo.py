@@ -19,7 +19,7 @@ import threading
 import time
 
 from ..engine.config import Config, SourceConfig, TargetConfig
-from ..engine.apply import apply_run
+from ..engine.apply import run_apply
 from ..engine.jobs import run_spark_job
 from ..engine.sources import open_source
 from ..engine.wiring import Wiring
@@ -178,7 +178,7 @@ class EngineFlow:
 
     def apply(self) -> None:
         # in-process for the log's trickle, on Spark for a dump's snapshot (apply.local_max_events)
-        apply_run(self.cfg, self.tgt.name)
+        run_apply(self.cfg, self.tgt.name)
 
 
 class AirflowFlow:
@@ -269,7 +269,7 @@ def run_demo_source(cfg: Config, src_cfg: SourceConfig, rows: int, writers: int,
     flow.apply()
     apply_s = time.monotonic() - t_apply
     print("[demo] verifying target == source, row for row ...", flush=True)
-    from ..engine.targets.postgres import target_table_name
+    from ..engine.targets import target_table_name
     diffs = [compare_source_target(src_cfg, tgt_cfg, source.table_schema(t),
                                    target_table_name(source.table_schema(t))) for t in src_cfg.tables]
     counters = state.counters()

@@ -1,386 +1,37 @@
-"""Applying the event log to a target: the batch planning both apply paths share, and
-the local (in-process, no Spark) applier for small batches.
+"""One apply run of a target: :func:`run_apply`, the only entry point (the ``dblog apply``
+command, DBLogApplyOperator, the demo and the bench all call it).
 
-A table's batch is every event with ``applied <= pos < frontier``: ``applied`` is the
-target's checkpoint for the table, ``frontier`` is ``RedisState.frontier()``.
-:func:`plan_table` works out the batch (creating the target table, resetting the
-checkpoint of a recreated table, moving the checkpoint over an empty range);
-``spark_jobs/apply_job.py`` and :class:`LocalApplier` then reduce the batch to the
-latest event per key, stage it, and call ``PostgresTarget.merge_from_stage``, which
-merges it and moves the checkpoint in one transaction. Both paths stage the same rows
-into the same stage table and merge with the same statement, so they give the same
-target rows, and every guarantee of the merge (position guard, replay idempotence,
-checkpoint moved with the rows) holds either way.
-
-Which path a run takes (:func:`choose_path`): the events still to apply of all the
-requested tables are counted (the ``pos`` column of the range's files only); up to
-``apply.local_max_events`` they are applied here, in-process, in about a second
-instead of a Spark start-up plus a JDBC stage of many small files; above it (or with
-``local_max_events: 0``) on Spark, as before.
+A run applies, table by table, the events between the target's checkpoint and the
+frontier (engine/apply_plan.py plans each table's batch, engine/apply_batch.py stages and
+merges it). It runs in this process when its events fit ``apply.local_max_events``
+(:func:`choose_via`), else on Spark through the caller's ``run_spark`` (by default
+``spark-submit`` of ``spark_jobs/apply_job.py``; the Airflow operator passes its own
+submit through the Spark provider). Both paths return the same result.
 
 No Spark and no Airflow here.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
-import uuid
-from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from psycopg2 import sql
-
-from .config import Config, SourceConfig, TargetConfig
-from .events import DELETE, event_arrow_schema
-from .positions import Position
+from .apply_batch import LocalApplier
+from .apply_plan import LOCAL, SPARK, choose_path, load_schemas, resolve_tables, run_result, with_sweep
+from .config import Config, TargetConfig
+from .jobs import run_spark_job
 from .schema import TableSchema
-from .targets.pg_copy import copy_rows
+from .targets import open_target
+from .wiring import Wiring
 
 log = logging.getLogger(__name__)
 
-LOCAL, SPARK = "local", "spark"
+VIAS = ("auto", LOCAL, SPARK)
 
 
-# -- what a run applies ------------------------------------------------------------------
-def resolve_tables(scfg: SourceConfig, tables: str | list[str] | None) -> list[str]:
-    """The requested tables (a list or comma-separated ``db.table``), checked against the
-    source's; all of the source's when none are named."""
-    if isinstance(tables, str):
-        tables = [t.strip() for t in tables.split(",") if t.strip()]
-    return [scfg.table(t) for t in tables] if tables else list(scfg.tables)
-
-
-def load_schemas(scfg: SourceConfig, tables: list[str], schema_file: str = "") -> dict[str, TableSchema]:
-    """The tables' schemas: from ``schema_file`` (JSON ``{db.table: TableSchema.to_dict()}``)
-    if given, else asked from the source."""
-    if schema_file:
-        with open(schema_file) as f:
-            raw = json.load(f)
-        missing = [t for t in tables if t not in raw]
-        if missing:
-            raise ValueError(f"{schema_file} has no schema for {missing}")
-        return {t: TableSchema.from_dict(raw[t]) for t in tables}
-    from .sources import open_source
-
-    source = open_source(scfg)
-    try:
-        return {t: source.table_schema(t) for t in tables}
-    finally:
-        source.close()
-
-
-def events_in_range(store, files: list[str], lo: str, hi: str, stop_above: int | None = None) -> int:
-    """How many events ``files`` hold with ``lo <= pos < hi``, read from the ``pos`` column
-    alone. A replayed flush's events count twice. With ``stop_above``, stops counting once
-    the count passes it (the answer is then some number above it)."""
-    n = 0
-    for f in files:
-        pos = pq.read_table(f, columns=["pos"], filesystem=store.fs)["pos"]
-        n += pc.sum(pc.and_(pc.greater_equal(pos, lo), pc.less(pos, hi)).cast("int64")).as_py() or 0
-        if stop_above is not None and n > stop_above:
-            break
-    return n
-
-
-@dataclass
-class Batch:
-    """One table's batch. ``result`` is set when there is nothing to stage (the status is
-    final: ``no_frontier``, ``up_to_date`` or ``empty``); else ``events`` wait in ``files``."""
-    schema: TableSchema
-    applied: Position | None
-    frontier: Position | None
-    files: list[str] = field(default_factory=list)
-    events: int = 0
-    out: dict = field(default_factory=dict)
-    result: dict | None = None
-    started: float = field(default_factory=time.monotonic)
-    held: dict | None = None   # {"at": pos, "error": why}: the batch stops before an uncarried value
-
-    @property
-    def lo(self) -> str:
-        return self.applied.encode() if self.applied else ""
-
-    @property
-    def hi(self) -> str:
-        return self.frontier.encode()
-
-    def finish(self, status: str, **more) -> dict:
-        return self.out | {"status": status, "seconds": round(time.monotonic() - self.started, 3)} | more
-
-
-def plan_table(target, store, state, source_name: str, schema: TableSchema) -> Batch:
-    """The table's batch, with the bookkeeping both paths do before staging: create the
-    target table; forget the checkpoint of a target table that was dropped (re-apply from
-    the start); move the checkpoint over a range without events."""
-    started = time.monotonic()
-    table = schema.qualified
-    if target.ensure_table(schema) and target.applied_pos(source_name, schema) is not None:
-        # the target table was dropped (by hand): its checkpoint no longer says anything
-        log.warning("%s: target table was recreated; re-applying from the start of the log", table)
-        target.reset_applied(source_name, schema)
-    applied = target.applied_pos(source_name, schema)
-    frontier = state.frontier()
-    b = Batch(schema, applied, frontier, started=started)
-    b.out = {"from": applied.encode() if applied else None, "to": frontier.encode() if frontier else None,
-             "files": 0, "events": 0, "rows": 0, "inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
-    if frontier is None:
-        b.result = b.finish("no_frontier")
-        return b
-    if applied is not None and frontier <= applied:
-        b.result = b.finish("up_to_date")
-        return b
-    b.files = store.files_for_range(table, applied, frontier)
-    b.out["files"] = len(b.files)
-    if b.files:
-        at, why = held_at(store, b.files, b.lo, b.hi)
-        if at is not None:
-            # stop before the first event no target can take; the rest waits until a later
-            # event of that row (a fix at the source, a re-dump) makes it moot
-            b.held = {"at": at.encode(), "error": why}
-            b.out["held"] = b.held
-            log.warning("%s: apply held at %s: %s", table, at, why)
-            if applied is not None and at <= applied:
-                b.result = b.finish("held")
-                return b
-            b.frontier = at
-            b.out["to"] = at.encode()
-        b.events = b.out["events"] = events_in_range(store, b.files, b.lo, b.hi)
-    if not b.events:
-        target.advance_applied(source_name, schema, b.frontier)
-        b.result = b.finish("held" if b.held else "empty")
-    return b
-
-
-def held_at(store, files: list[str], lo: str, hi: str) -> tuple[Position | None, str | None]:
-    """Where a batch ``lo <= pos < hi`` must stop so that no event whose values could not
-    be carried (``error`` set, engine/values.py) reaches a target: (None, None) when none
-    would. A key's latest event in the batch is what a target gets, so the batch ends
-    before the earliest such event that is its key's latest; a later event of the same key
-    (the row fixed at the source, or a re-dump) lets it pass. A delete needs only its key,
-    and one whose key could not be carried deletes nothing: those pass (and are dropped)."""
-    # (a file written before events had an ``error`` column reads it as nulls)
-    errors = pa.schema([pa.field("error", pa.string())])
-    parts = [pq.read_table(f, schema=errors, filesystem=store.fs) for f in files]
-    if not any(p["error"].null_count < p.num_rows for p in parts):
-        return None, None
-    cols = pa.schema([pa.field(c, pa.string()) for c in ("key", "op", "pos", "error")])
-    data = pa.concat_tables([pq.read_table(f, schema=cols, filesystem=store.fs) for f in files])
-    data = data.filter(pc.and_(pc.greater_equal(data["pos"], lo), pc.less(data["pos"], hi)))
-    ceiling, why = hi, None
-    while True:
-        latest = latest_per_key(data.filter(pc.less(data["pos"], ceiling)))
-        bad = latest.filter(pc.and_(pc.is_valid(latest["error"]), pc.not_equal(latest["op"], DELETE)))
-        if bad.num_rows == 0:
-            break
-        first = bad.sort_by([("pos", "ascending")]).slice(0, 1).to_pylist()[0]
-        ceiling, why = first["pos"], first["error"]
-    return (None, None) if why is None else (Position.decode(ceiling), why)
-
-
-def held_tables(target, store, state, source_name: str, tables: list[str]) -> dict[str, dict]:
-    """The tables whose apply to ``target`` is held (``held_at``) right now:
-    {table: {"at": position, "error": why}}, read-only (``dblog status``)."""
-    frontier = state.frontier()
-    out: dict[str, dict] = {}
-    if frontier is None:
-        return out
-    for table in tables:
-        applied = target.applied_pos(source_name, table) if target.exists(table) else None
-        if applied is not None and frontier <= applied:
-            continue
-        files = store.files_for_range(table, applied, frontier)
-        if files:
-            at, why = held_at(store, files, applied.encode() if applied else "", frontier.encode())
-            if at is not None:
-                out[table] = {"at": at.encode(), "error": why}
-    return out
-
-
-def pending_events(target, store, state, source_name: str, tables: list[str],
-                   stop_above: int | None = None) -> int:
-    """Events still to apply in ``tables`` (a replayed flush's count twice), without
-    changing anything: the basis of :func:`choose_path`. A target table that does not
-    exist counts from the start of the log (:func:`plan_table` will reset it)."""
-    frontier = state.frontier()
-    if frontier is None:
-        return 0
-    n = 0
-    for table in tables:
-        applied = target.applied_pos(source_name, table) if target.exists(table) else None
-        if applied is not None and frontier <= applied:
-            continue
-        files = store.files_for_range(table, applied, frontier)
-        left = None if stop_above is None else stop_above - n
-        n += events_in_range(store, files, applied.encode() if applied else "", frontier.encode(), left)
-        if stop_above is not None and n > stop_above:
-            break
-    return n
-
-
-def choose_path(config: Config, target, store, state, source_name: str, tables: list[str]) -> tuple[str, int]:
-    """``("local", events)`` when the run's events fit ``apply.local_max_events``, else
-    ``("spark", events)`` (``events`` then only says "more than the limit")."""
-    limit = config.apply.local_max_events
-    if limit <= 0:
-        return SPARK, -1
-    n = pending_events(target, store, state, source_name, tables, stop_above=limit)
-    return (LOCAL if n <= limit else SPARK), n
-
-
-def with_sweep(result: dict, target, target_name: str, store, state, source_cfg: SourceConfig,
-               schema: TableSchema) -> dict:
-    """After a table's batch (either path): run the orphan sweep of a finished full-table
-    dump once the apply has reached it (``engine/sweep.py``)."""
-    from .sweep import sweep_table
-
-    deleted = sweep_table(target, target_name, store, state, source_cfg, schema)
-    return result if deleted is None else result | {"orphans_deleted": deleted}
-
-
-def run_result(tcfg: TargetConfig, scfg: SourceConfig, run_id: str, results: dict[str, dict],
-               started: float, via: str, **more) -> dict:
-    """The result of an apply run, the same for both paths (``apply_job`` prints it)."""
-    total = lambda k: sum(r.get(k, 0) for r in results.values())  # noqa: E731
-    return {"target": tcfg.name, "source": scfg.name, "run_id": run_id, "via": via, "tables": results,
-            **more,
-            "events": total("events"), "inserted": total("inserted"), "updated": total("updated"),
-            "deleted": total("deleted"), "orphans_deleted": total("orphans_deleted"),
-            "changed": [t for t, r in results.items()
-                        if r.get("inserted") or r.get("updated") or r.get("deleted") or r.get("orphans_deleted")],
-            "seconds": round(time.monotonic() - started, 3)}
-
-
-# -- the local applier ---------------------------------------------------------------------
-def latest_per_key(data: pa.Table) -> pa.Table:
-    """The latest event per key (sort by key, then position descending; keep each key's
-    first). A replayed flush's duplicate has the same key and position: one is kept."""
-    if data.num_rows <= 1:
-        return data
-    data = data.sort_by([("key", "ascending"), ("pos", "descending")])
-    key = data["key"].combine_chunks()
-    first = pc.not_equal(key.slice(1), key.slice(0, len(key) - 1))
-    return data.filter(pa.concat_arrays([pa.array([True]), first]))
-
-
-def flatten(schema: TableSchema, latest: pa.Table) -> pa.Table:
-    """The table's columns (the before image of a delete, the after image otherwise) plus
-    ``_dblog_op`` and ``_dblog_pos``: the stage table's rows."""
-    from .targets.postgres import OP_COLUMN, POS_COLUMN
-
-    is_delete = pc.equal(latest["op"], DELETE)
-    before, after = latest["before"].combine_chunks(), latest["after"].combine_chunks()
-    cols = {}
-    for c in schema.column_names:
-        cols[c] = pc.if_else(is_delete, pc.struct_field(before, c), pc.struct_field(after, c))
-    cols[OP_COLUMN] = latest["op"]
-    cols[POS_COLUMN] = latest["pos"]
-    # a latest event with an error below the batch's end (held_at) is a delete whose key
-    # could not be carried: no target row has that key
-    return pa.table(cols).filter(pc.is_null(latest["error"]))
-
-
-class LocalApplier:
-    """Applies batches in this process: pyarrow reads the range's files, keeps the latest
-    event per key, and ``COPY`` fills the stage table ``PostgresTarget.create_stage`` made;
-    ``merge_from_stage`` then merges it and moves the checkpoint, as on Spark."""
-
-    def __init__(self, target, store, state, source_name: str, run_id: str | None = None):
-        self.target, self.store, self.state, self.source_name = target, store, state, source_name
-        self.run_id = run_id or uuid.uuid4().hex[:8]
-
-    def read_batch(self, batch: Batch) -> pa.Table:
-        schema = event_arrow_schema(batch.schema)
-        parts = [pq.read_table(f, filesystem=self.store.fs, schema=schema) for f in batch.files]
-        data = pa.concat_tables(parts) if parts else schema.empty_table()
-        return data.filter(pc.and_(pc.greater_equal(data["pos"], batch.lo), pc.less(data["pos"], batch.hi)))
-
-    def apply_table(self, schema: TableSchema) -> dict:
-        batch = plan_table(self.target, self.store, self.state, self.source_name, schema)
-        if batch.result is not None:
-            return batch.result | {"via": LOCAL}
-        return self.apply_batch(batch)
-
-    def apply_batch(self, batch: Batch) -> dict:
-        t0 = time.monotonic()
-        flat = flatten(batch.schema, latest_per_key(self.read_batch(batch)))
-        t_read = time.monotonic() - t0
-        out = stage_and_merge(self.target, batch, flat, self.source_name, self.run_id, t0)
-        out.update(read_s=round(t_read, 3), via=LOCAL)
-        log.info("%s: applied locally %s", batch.schema.qualified, out)
-        return out
-
-
-def stage_and_merge(target, batch: Batch, flat: pa.Table | Iterable[pa.Table], source_name: str,
-                    run_id: str, started: float) -> dict:
-    """The end of a batch on either path: ``COPY`` the flattened rows (one table, or pages
-    of it) into a new stage table, then ``merge_from_stage`` (rows and checkpoint in one
-    transaction). Returns the batch's result counts."""
-    from .targets import stage_table_name
-
-    schema = batch.schema
-    stage = stage_table_name(schema, run_id)
-    target.create_stage(schema, stage)
-    try:
-        t1 = time.monotonic()
-        name = sql.SQL("{}.{}").format(sql.Identifier(target.schema), sql.Identifier(stage))
-        with target.conn, target.conn.cursor() as cur:
-            for page in ([flat] if isinstance(flat, pa.Table) else flat):
-                copy_rows(cur, name, page)
-        t_stage = time.monotonic() - t1
-        t2 = time.monotonic()
-        res = target.merge_from_stage(schema, stage, source_name, batch.frontier, drop_stage=True)
-        t_merge = time.monotonic() - t2
-    except BaseException:
-        try:
-            target.drop_stage(stage)
-        except Exception:  # noqa: BLE001 - the original error matters more
-            log.exception("could not drop stage table %s", stage)
-        raise
-    secs = time.monotonic() - started
-    return batch.out | {"rows": res.staged, "inserted": res.inserted, "updated": res.updated,
-                        "deleted": res.deleted, "stale": res.stale,
-                        "status": "held" if batch.held else "applied",
-                        "seconds": round(secs, 3), "stage_s": round(t_stage, 3),
-                        "merge_s": round(t_merge, 3),
-                        "rows_per_s": round(batch.events / secs, 1) if secs > 0 else None}
-
-
-def apply_local(config: Config, target_name: str | None = None, tables: str | list[str] | None = None,
-                schemas: dict[str, TableSchema] | None = None, schema_file: str = "", **more) -> dict:
-    """One apply run in this process (whatever its size): the same result as ``apply_job``."""
-    from .targets import open_target
-    from .wiring import Wiring
-
-    started = time.monotonic()
-    tcfg = config.target(target_name)
-    scfg = config.source(tcfg.source)
-    names = resolve_tables(scfg, tables)
-    if schemas is None:
-        schemas = load_schemas(scfg, names, schema_file)
-    parts = Wiring(config, scfg.name)
-    state, store = parts.state, parts.store
-    target = open_target(tcfg)
-    applier = LocalApplier(target, store, state, scfg.name)
-    results: dict[str, dict] = {}
-    try:
-        for t in names:
-            results[t] = with_sweep(applier.apply_table(schemas[t]), target, tcfg.name, store, state,
-                                    scfg, schemas[t])
-    finally:
-        target.close()
-    return run_result(tcfg, scfg, applier.run_id, results, started, LOCAL, spark_start_s=0.0, **more)
-
-
-def decide(config: Config, target_name: str | None, tables: str | list[str] | None) -> dict:
+def choose_via(config: Config, target_name: str | None, tables: str | list[str] | None) -> dict:
     """Which path an apply run of ``tables`` takes: ``{"via": "local"|"spark",
-    "pending_events", "local_max_events", "choose_s"}`` (:func:`choose_path`)."""
-    from .targets import open_target
-    from .wiring import Wiring
-
+    "pending_events", "local_max_events", "choose_s"}`` (``apply_plan.choose_path``)."""
     tcfg = config.target(target_name)
     scfg = config.source(tcfg.source)
     names = resolve_tables(scfg, tables)
@@ -401,34 +52,56 @@ def decide(config: Config, target_name: str | None, tables: str | list[str] | No
             "choose_s": round(time.monotonic() - t0, 3)}
 
 
-def run_apply(config: Config, target_name: str | None, tables: str | list[str] | None,
-              run_spark: Callable[[], dict], schemas: dict[str, TableSchema] | None = None,
-              schema_file: str = "") -> dict:
-    """Apply a run on the path :func:`decide` picks: here, or ``run_spark()`` (which
-    spark-submits ``apply_job`` and returns its result)."""
-    d = decide(config, target_name, tables)
-    more = {k: v for k, v in d.items() if k != "via"}
-    if d["via"] == LOCAL:
-        return apply_local(config, target_name, tables, schemas=schemas, schema_file=schema_file, **more)
-    return run_spark() | more
-
-
-def apply_run(config: Config, target_name: str | None = None, tables: str | list[str] | None = None,
-              via: str = "auto") -> dict:
-    """One apply run the way the ``dblog`` command does it: ``via`` "auto" (in-process up
-    to ``apply.local_max_events`` pending events, else ``apply_job`` on Spark), "local"
-    or "spark"."""
-    from .jobs import run_spark_job
-
-    if via not in ("auto", LOCAL, SPARK):
+def run_apply(config: Config, target_name: str | None = None, tables: str | list[str] | None = None, *,
+              via: str = "auto", run_spark: Callable[[], dict] | None = None,
+              schemas: dict[str, TableSchema] | None = None, schema_file: str = "") -> dict:
+    """Apply ``tables`` (a list or comma-separated ``db.table``; default: all of the
+    source's) to the target: ``via`` "local" (in this process), "spark" (``run_spark()``,
+    which runs ``apply_job`` and returns its result) or "auto" (:func:`choose_via` picks;
+    its counts are added to the result). ``schemas`` / ``schema_file``: the tables'
+    schemas instead of asking the source."""
+    if via not in VIAS:
         raise ValueError(f"apply via must be auto, {LOCAL} or {SPARK}, not {via!r}")
     tcfg = config.target(target_name)
+    chosen: dict = {}
+    if via == "auto":
+        chosen = choose_via(config, tcfg.name, tables)
+        via = chosen.pop("via")
+    if via == LOCAL:
+        return _apply_local(config, tcfg, tables, schemas, schema_file, **chosen)
+    if run_spark is None:
+        run_spark = lambda: _submit_apply_job(config, tcfg, tables, schema_file)  # noqa: E731
+    return run_spark() | chosen
+
+
+def _submit_apply_job(config: Config, tcfg: TargetConfig, tables: str | list[str] | None,
+                      schema_file: str) -> dict:
+    """``spark-submit`` of ``apply_job`` the way the ``dblog`` command runs its jobs."""
     job_args = ["--config", config.path, "--target", tcfg.name]
     if tables:
         job_args += ["--tables", tables if isinstance(tables, str) else ",".join(tables)]
-    spark = lambda: run_spark_job(config, "apply_job", job_args)  # noqa: E731
-    if via == LOCAL:
-        return apply_local(config, tcfg.name, tables)
-    if via == SPARK:
-        return spark()
-    return run_apply(config, tcfg.name, tables, spark)
+    if schema_file:
+        job_args += ["--schema-file", schema_file]
+    return run_spark_job(config, "apply_job", job_args)
+
+
+def _apply_local(config: Config, tcfg: TargetConfig, tables: str | list[str] | None,
+                 schemas: dict[str, TableSchema] | None, schema_file: str, **more) -> dict:
+    """One apply run in this process (whatever its size): the same result as ``apply_job``."""
+    started = time.monotonic()
+    scfg = config.source(tcfg.source)
+    names = resolve_tables(scfg, tables)
+    if schemas is None:
+        schemas = load_schemas(scfg, names, schema_file)
+    parts = Wiring(config, scfg.name)
+    state, store = parts.state, parts.store
+    target = open_target(tcfg)
+    applier = LocalApplier(target, store, state, scfg.name)
+    results: dict[str, dict] = {}
+    try:
+        for t in names:
+            results[t] = with_sweep(applier.apply_table(schemas[t]), target, tcfg.name, store, state,
+                                    scfg, schemas[t])
+    finally:
+        target.close()
+    return run_result(tcfg, scfg, applier.run_id, results, started, LOCAL, spark_start_s=0.0, **more)

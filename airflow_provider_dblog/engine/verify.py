@@ -79,7 +79,7 @@ def _source_rows(cfg: SourceConfig, table: TableSchema) -> Iterator[tuple]:
 def _target_rows(cfg: TargetConfig, table: TableSchema, relation: str) -> Iterator[tuple]:
     import psycopg2
     from psycopg2 import sql
-    from .targets.postgres import from_row, json_as_text, read_list
+    from .targets.pg_tables import from_row, json_as_text, read_list
     e = cfg.endpoint
     conn = psycopg2.connect(host=e.host, port=e.port, user=e.user, password=e.password,
                             dbname=e.database, options=pg_options())

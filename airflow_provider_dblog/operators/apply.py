@@ -62,12 +62,12 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
     key and merged into the target in one transaction that also moves the checkpoint; a
     replayed batch changes nothing.
 
-    The run first counts the events waiting in its tables: up to the config's
-    ``apply.local_max_events`` it applies them in the task's own process
-    (:mod:`airflow_provider_dblog.engine.apply`: pyarrow, ``COPY``, the same merge), with
-    no Spark start-up; above it (or with ``local_max_events: 0``) it is the
-    ``SparkSubmitOperator`` run, unchanged. The result, the XCom and the asset events
-    are the same either way; the result's ``via`` says which ran. The Spark connection
+    The run is :func:`airflow_provider_dblog.engine.apply.run_apply`: it first counts the
+    events waiting in its tables; up to the config's ``apply.local_max_events`` it applies
+    them in the task's own process (pyarrow, ``COPY``, the same merge), with no Spark
+    start-up; above it (or with ``local_max_events: 0``) it submits the job through the
+    Spark provider (:meth:`run_job`). The result, the XCom and the asset events are the
+    same either way; the result's ``via`` says which ran. The Spark connection
     is checked on every run, so a large batch can always fall back to Spark.
 
     Its ``outlets`` are the per-table Assets ``dblog://<source>/<db>/<table>``
@@ -117,22 +117,14 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
             raise DBLogInvalidRequest(str(e)) from e
 
     def execute(self, context: Context) -> Any:
-        from ..engine.apply import LOCAL, apply_local, decide  # pyarrow: not at DAG parse time
+        from ..engine.apply import run_apply  # pyarrow: not at DAG parse time
 
         self._hook = None
         self.check_spark_connection()  # the fallback must work whatever this run's size
         hook = self.dblog_hook()
-        tcfg, scfg, tables = self._target(hook)
-        cfg = hook.config
-        decided = decide(cfg, tcfg.name, tables or None)
-        if decided["via"] == LOCAL:
-            self.log.info("%s events to apply (apply.local_max_events %s): applying in-process",
-                          decided["pending_events"], decided["local_max_events"])
-            more = {k: v for k, v in decided.items() if k != "via"}
-            return self.handle_result(apply_local(cfg, tcfg.name, tables or None, **more), hook, context)
-        self.log.info("more than apply.local_max_events (%s) events to apply: spark-submit %s",
-                      decided["local_max_events"], self.job)
-        return super().execute(context)
+        tcfg, _, tables = self._target(hook)
+        result = run_apply(hook.config, tcfg.name, tables or None, run_spark=lambda: self.run_job(hook, context))
+        return self.handle_result(result, hook, context)
 
     def job_arguments(self, hook: DBLogHook, context: Context) -> list[str]:
         tcfg, scfg, tables = self._target(hook)

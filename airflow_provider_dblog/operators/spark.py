@@ -153,6 +153,8 @@ class DBLogSparkSubmitOperator(SparkSubmitOperator):
     Client mode only for now: the driver runs in the worker's task.
 
     The job's result (its ``DBLOG_RESULT <json>`` output line) is the task's return value.
+    :meth:`run_job` submits and returns that result without handling it, for a subclass
+    that decides itself whether to submit (the apply operator hands it to ``run_apply``).
 
     :param job: the Spark job, ``dump_job`` or ``apply_job``.
     :param config_path: the dblog YAML config (templated); default: the ``dblog``
@@ -224,9 +226,10 @@ class DBLogSparkSubmitOperator(SparkSubmitOperator):
         config_path = os.path.abspath(hook.resolve_config_path())
         self.application_args = ["--config", config_path, *self.job_arguments(hook, context)]
 
-    def execute(self, context: Context) -> Any:
+    def run_job(self, hook: DBLogHook, context: Context) -> dict:
+        """Submit the job (settings from the config) and return its result; on failure
+        ``handle_failure`` runs, then the job's SparkJobError is raised."""
         master = self.check_spark_connection()
-        hook = self.dblog_hook()
         self.prepare(hook, context)
         if master != hook.config.spark.master:
             self.log.info("Spark master %s from connection %r (the config's spark.master %s is "
@@ -235,8 +238,11 @@ class DBLogSparkSubmitOperator(SparkSubmitOperator):
             self.application_args = [*self.application_args, *report.args()]
             self._hook = self._get_hook()  # SparkSubmitOperator's: a hook from this operator's fields
             try:
-                result = submit_and_report(self._hook, self.application, report, self._preexec)
+                return submit_and_report(self._hook, self.application, report, self._preexec)
             except SparkJobError as err:
                 self.handle_failure(err, hook, context)
                 raise
-        return self.handle_result(result, hook, context)
+
+    def execute(self, context: Context) -> Any:
+        hook = self.dblog_hook()
+        return self.handle_result(self.run_job(hook, context), hook, context)

@@ -129,7 +129,7 @@ class Flow:
             self.tail.wait(timeout=120)
 
     def compare(self, table: str):
-        from airflow_provider_dblog.engine.targets.postgres import target_table_name
+        from airflow_provider_dblog.engine.targets import target_table_name
         from airflow_provider_dblog.engine.verify import compare_source_target
         cfg = self.setup.config
         schema = self.setup.source().table_schema(f"{self.setup.db}.{table}")
@@ -211,7 +211,7 @@ def run_flow(flow, setup, tmp_path):
         assert diff.equal, diff.describe()
 
     # corrupt rows in the target; repair exactly those keys from the form
-    from airflow_provider_dblog.engine.targets.postgres import target_table_name
+    from airflow_provider_dblog.engine.targets import target_table_name
     target = setup.target()
     items = target_table_name(setup.source().table_schema(f"{setup.db}.items"))
     lines = target_table_name(setup.source().table_schema(f"{setup.db}.order_lines"))

@@ -16,7 +16,7 @@ from airflow_provider_dblog.engine.sources import open_source
 from airflow_provider_dblog.engine.state import RedisState
 from airflow_provider_dblog.engine.store import EventStore
 from airflow_provider_dblog.engine.tail import Tail
-from airflow_provider_dblog.engine.targets.postgres import PostgresTarget, target_table_name
+from airflow_provider_dblog.engine.targets import PostgresTarget, target_table_name
 from airflow_provider_dblog.engine.verify import compare_source_target
 
 from helpers import POSTGRES_PORT, REDIS_PORT, unique

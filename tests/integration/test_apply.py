@@ -22,7 +22,7 @@ import pytest
 import yaml
 from psycopg2 import sql
 
-from airflow_provider_dblog.engine.apply import apply_local  # noqa: E402
+from airflow_provider_dblog.engine.apply import run_apply  # noqa: E402
 from airflow_provider_dblog.engine.config import parse_config  # noqa: E402
 from airflow_provider_dblog.engine.errors import ConfigError  # noqa: E402
 from airflow_provider_dblog.engine.events import (DELETE, INSERT, SNAPSHOT, UPDATE, Event,  # noqa: E402
@@ -142,7 +142,7 @@ def apply(env, *extra: str) -> dict:
     """One apply run on the scenario's path (``--tables a,b`` as for the job)."""
     if env["via"] == "local":
         tables = extra[extra.index("--tables") + 1] if "--tables" in extra else None
-        res = apply_local(env["cfg"], "wh", tables, schema_file=env["schemas"])
+        res = run_apply(env["cfg"], "wh", tables, schema_file=env["schemas"], via="local")
     else:
         res = run_spark_job(env["cfg"], "apply_job",
                             ["--config", env["path"], "--target", "wh", "--schema-file", env["schemas"], *extra],
@@ -317,7 +317,7 @@ def test_recreated_target_table_is_reapplied(env):
 def test_failure_is_reported(env, tmp_path):
     if env["via"] == "local":
         with pytest.raises(ConfigError, match="unknown target 'nope'"):
-            apply_local(env["cfg"], "nope")
+            run_apply(env["cfg"], "nope", via="local")
         return
     with pytest.raises(SparkJobError) as e:
         run_spark_job(env["cfg"], "apply_job", ["--config", env["path"], "--target", "nope"], timeout_s=300)

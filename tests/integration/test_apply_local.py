@@ -16,7 +16,8 @@ import pytest
 import yaml
 from psycopg2 import sql
 
-from airflow_provider_dblog.engine.apply import LOCAL, SPARK, apply_local, decide, run_apply
+from airflow_provider_dblog.engine.apply import choose_via, run_apply
+from airflow_provider_dblog.engine.apply_plan import LOCAL, SPARK
 from airflow_provider_dblog.engine.config import ApplyConfig, parse_config
 from airflow_provider_dblog.engine.errors import ConfigError
 from airflow_provider_dblog.engine.events import DELETE, INSERT, SNAPSHOT, UPDATE, events_to_arrow
@@ -67,7 +68,7 @@ class Env:
         if via == SPARK:
             return run_spark_job(cfg or self.cfg, "apply_job", ["--config", str(self.path), "--target", target,
                                                                 "--schema-file", str(self.schemas)], timeout_s=300)
-        return apply_local(cfg or self.cfg, target, schema_file=str(self.schemas))
+        return run_apply(cfg or self.cfg, target, schema_file=str(self.schemas), via="local")
 
     def rows(self, target: str, schema) -> list[dict]:
         return self.targets[target].rows(schema, with_pos=True)
@@ -169,7 +170,7 @@ def test_older_events_never_overwrite_newer_rows(make_env, via):
     assert e.rows("wh", ORDERS) == before
     assert target.applied_pos(SOURCE, ORDERS) == P(200)
     e.state.close_window(window, "done")
-    res = apply_local(e.cfg, "wh", schema_file=str(e.schemas))["tables"][ORDERS.qualified]
+    res = run_apply(e.cfg, "wh", schema_file=str(e.schemas), via="local")["tables"][ORDERS.qualified]
     assert res["from"] == P(200).encode() and res["stale"] == 50 and res["updated"] == 0
     assert e.rows("wh", ORDERS) == before and target.applied_pos(SOURCE, ORDERS) == P(400)
 
@@ -183,14 +184,14 @@ def test_the_threshold_picks_the_path(make_env):
         return dataclasses.replace(e.cfg, apply=ApplyConfig(local_max_events=n))
 
     # no checkpoint yet: nothing is pending, the local path reports no_frontier at once
-    assert decide(e.cfg, "wh", None) | {"choose_s": 0} == {
+    assert choose_via(e.cfg, "wh", None) | {"choose_s": 0} == {
         "via": LOCAL, "pending_events": 0, "local_max_events": 200_000, "choose_s": 0}
     e.checkpoint(P(1000))
-    assert decide(limit(35), "wh", None)["via"] == LOCAL
-    assert decide(limit(35), "wh", None)["pending_events"] == 35
-    assert decide(limit(34), "wh", None)["via"] == SPARK
-    assert decide(limit(30), "wh", ORDERS.qualified)["via"] == LOCAL   # only the requested tables count
-    assert decide(limit(0), "wh", None) | {"choose_s": 0} == {
+    assert choose_via(limit(35), "wh", None)["via"] == LOCAL
+    assert choose_via(limit(35), "wh", None)["pending_events"] == 35
+    assert choose_via(limit(34), "wh", None)["via"] == SPARK
+    assert choose_via(limit(30), "wh", ORDERS.qualified)["via"] == LOCAL   # only the requested tables count
+    assert choose_via(limit(0), "wh", None) | {"choose_s": 0} == {
         "via": SPARK, "pending_events": -1, "local_max_events": 0, "choose_s": 0}
 
     spark_runs = []
@@ -199,21 +200,21 @@ def test_the_threshold_picks_the_path(make_env):
         spark_runs.append(1)
         return {"via": SPARK, "tables": {}}
 
-    res = run_apply(limit(34), "wh", None, run_spark, schema_file=str(e.schemas))
+    res = run_apply(limit(34), "wh", None, run_spark=run_spark, schema_file=str(e.schemas))
     assert spark_runs == [1] and res["pending_events"] > 34 and res["local_max_events"] == 34
-    res = run_apply(limit(0), "wh", None, run_spark, schema_file=str(e.schemas))
+    res = run_apply(limit(0), "wh", None, run_spark=run_spark, schema_file=str(e.schemas))
     assert spark_runs == [1, 1] and res["via"] == SPARK
-    res = run_apply(limit(35), "wh", None, run_spark, schema_file=str(e.schemas))
+    res = run_apply(limit(35), "wh", None, run_spark=run_spark, schema_file=str(e.schemas))
     assert spark_runs == [1, 1] and res["via"] == LOCAL and res["events"] == 35 and res["pending_events"] == 35
     assert res["tables"][ORDERS.qualified]["inserted"] == 30 and res["changed"] == [ORDERS.qualified,
                                                                                     LINES.qualified]
     # applied: nothing pending; a dropped target table counts from the start of the log again
-    assert decide(limit(1), "wh", None) | {"choose_s": 0} == {
+    assert choose_via(limit(1), "wh", None) | {"choose_s": 0} == {
         "via": LOCAL, "pending_events": 0, "local_max_events": 1, "choose_s": 0}
     target = e.targets["wh"]
     with target.conn, target.conn.cursor() as cur:
         cur.execute(sql.SQL("DROP TABLE {}.{}").format(sql.Identifier("s_wh"), sql.Identifier("shop__orders")))
-    assert decide(limit(100), "wh", None)["pending_events"] == 30
+    assert choose_via(limit(100), "wh", None)["pending_events"] == 30
 
 
 def test_apply_config_section():

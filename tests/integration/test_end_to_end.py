@@ -17,7 +17,7 @@ import time
 
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.requests import DumpSpec
-from airflow_provider_dblog.engine.targets.postgres import target_table_name
+from airflow_provider_dblog.engine.targets import target_table_name
 from helpers import crash
 
 ROWS = 100_000

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from airflow_provider_dblog.engine.apply import apply_local
+from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.errors import WatermarkError, WindowTimeoutError
@@ -239,7 +239,7 @@ def test_a_commit_logged_before_the_low_watermark_is_seen_by_the_chunk(src_db, m
     finally:
         stuck.close()
     cdc.drain()
-    apply_local(cdc.cfg, "tgt")
+    run_apply(cdc.cfg, "tgt", via="local")
     with cdc.target() as t, t.conn.cursor() as cur:   # the dumped rows, as the source has them
         cur.execute(f'SELECT id, v FROM "public"."{src_db.name}__t" ORDER BY id')
         assert cur.fetchall() == [(5, 7), (6, 0)]

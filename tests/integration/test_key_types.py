@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dblog.engine.apply import apply_local
+from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.keys import encode_scalar
@@ -107,7 +107,7 @@ def test_every_key_type_is_dumped_completely(make_cdc, src_db):
     rid = cdc.request(DumpSpec("all", names, chunk_size=37, parallelism=3))
     assert cdc.dump_spark(rid)["status"] == "done"
     cdc.drain()
-    apply_local(cdc.cfg, "tgt")
+    run_apply(cdc.cfg, "tgt", via="local")
     for t in tables:
         assert cdc.compare(t).equal, cdc.compare(t).describe()
         _damage(cdc, t)
@@ -116,7 +116,7 @@ def test_every_key_type_is_dumped_completely(make_cdc, src_db):
     rid = cdc.request(DumpSpec("all", names, chunk_size=23, parallelism=3))
     assert cdc.dump_spark(rid)["status"] == "done"
     cdc.drain()
-    res = apply_local(cdc.cfg, "tgt")
+    res = run_apply(cdc.cfg, "tgt", via="local")
     for t in tables:
         diff = cdc.compare(t)
         assert diff.equal, f"{t} after a range dump: {diff.describe()}"
@@ -134,7 +134,7 @@ def test_every_key_type_is_dumped_completely(make_cdc, src_db):
         progress = cdc.state.progress(rid, schema.qualified)
         assert progress["missing_count"] == 0, (table, progress["missing"][:5])
     cdc.drain()
-    apply_local(cdc.cfg, "tgt")
+    run_apply(cdc.cfg, "tgt", via="local")
     for t in tables:
         diff = cdc.compare(t)
         assert diff.equal, f"{t} after a key-list dump: {diff.describe()}"

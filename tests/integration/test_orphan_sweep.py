@@ -9,12 +9,12 @@ import time
 import pytest
 
 from airflow_provider_dblog.cli import status
-from airflow_provider_dblog.engine.apply import apply_run
+from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.state import RedisState
 from airflow_provider_dblog.engine.sweep import orphan_sweep
-from airflow_provider_dblog.engine.targets.postgres import target_table_name
+from airflow_provider_dblog.engine.targets import target_table_name
 
 from helpers import REDIS_PORT, StuckCommit
 
@@ -65,7 +65,7 @@ def test_full_dump_deletes_orphans_and_nothing_else(src_db, make_cdc, via):
     first = cdc.request(DumpSpec("all", []))
     assert cdc.dump_spark(first)["status"] == "done"
     cdc.drain()
-    apply_run(cdc.cfg, "tgt", via=via)
+    run_apply(cdc.cfg, "tgt", via=via)
     assert all(cdc.compare(t).equal for t in ("items", "olines", "empty_t"))
 
     # rows the source lost without a log event (or that someone put into the target)
@@ -75,7 +75,7 @@ def test_full_dump_deletes_orphans_and_nothing_else(src_db, make_cdc, via):
     with src_db.cursor() as cur:  # id 3 really leaves the source, so its ghost is an orphan
         cur.execute("DELETE FROM items WHERE id = 3")
     cdc.drain()
-    apply_run(cdc.cfg, "tgt", via=via)  # the delete of 3 is applied; the ghost re-added below
+    run_apply(cdc.cfg, "tgt", via=via)  # the delete of 3 is applied; the ghost re-added below
     ghost(cdc, "items", {"id": 3, "name": "ghost"})  # between real keys
     assert not cdc.compare("items").equal
 
@@ -94,7 +94,7 @@ def test_full_dump_deletes_orphans_and_nothing_else(src_db, make_cdc, via):
     assert writer.error is None, writer.error
     assert writer.n > 20
     cdc.drain()
-    result = apply_run(cdc.cfg, "tgt", via=via)
+    result = run_apply(cdc.cfg, "tgt", via=via)
     assert result["orphans_deleted"] == 4, result
     assert result["tables"][f"{db}.items"]["orphans_deleted"] == 2
     assert result["tables"][f"{db}.empty_t"]["orphans_deleted"] == 1
@@ -108,7 +108,7 @@ def test_full_dump_deletes_orphans_and_nothing_else(src_db, make_cdc, via):
     assert shown["request"] == rid and shown["done_by"]["tgt"]["orphans_deleted"] == 2
     # done once per target: a later apply sweeps nothing, and a later ghost stays until the next dump
     ghost(cdc, "items", {"id": 10**9 + 1, "name": "late"})
-    again = apply_run(cdc.cfg, "tgt", via=via)
+    again = run_apply(cdc.cfg, "tgt", via=via)
     assert again["orphans_deleted"] == 0 and cdc.state.pending_sweep(f"{db}.items", "tgt") is None
     assert not cdc.compare("items").equal
 
@@ -165,14 +165,14 @@ def test_a_commit_logged_but_not_yet_visible_is_not_taken_for_an_orphan(src_db, 
         first = cdc.request(DumpSpec("table", [f"{db}.items"]))
         assert cdc.dump_spark(first)["status"] == "done"
         cdc.drain()
-        apply_run(cdc.cfg, "tgt", via="local")
+        run_apply(cdc.cfg, "tgt", via="local")
         assert cdc.compare("items").equal
 
         stuck.start(f'INSERT INTO "{db}".items VALUES (1000, %s)', ("logged, not yet visible",))
         deadline = time.monotonic() + 30
         while True:   # the commit record is in the log, the row invisible to every other session
             cdc.drain()
-            apply_run(cdc.cfg, "tgt", via="local")
+            run_apply(cdc.cfg, "tgt", via="local")
             with cdc.target() as t, t.conn.cursor() as cur:
                 cur.execute(f'SELECT count(*) FROM "public"."{db}__items" WHERE id = 1000')
                 if cur.fetchone()[0] == 1:
@@ -188,6 +188,6 @@ def test_a_commit_logged_but_not_yet_visible_is_not_taken_for_an_orphan(src_db, 
         threading.Timer(3.0, stuck.release).start()
         assert cdc.dump_spark(rid)["status"] == "done"
     cdc.drain()
-    result = apply_run(cdc.cfg, "tgt", via="local")
+    result = run_apply(cdc.cfg, "tgt", via="local")
     assert result["tables"][f"{db}.items"].get("orphans_deleted") == 0, result
     assert cdc.compare("items").equal, cdc.compare("items").describe()

@@ -19,7 +19,7 @@ import pytest
 from airflow_provider_dblog.cli import check_spark
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.positions import Position
-from airflow_provider_dblog.engine.targets.postgres import target_table_name
+from airflow_provider_dblog.engine.targets import target_table_name
 
 ROWS = 3_000
 

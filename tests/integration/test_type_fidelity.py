@@ -26,10 +26,10 @@ import struct
 
 import pytest
 
-from airflow_provider_dblog.engine.apply import apply_local
+from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.requests import DumpSpec
-from airflow_provider_dblog.engine.targets.postgres import PostgresTarget, target_table_name
+from airflow_provider_dblog.engine.targets import PostgresTarget, target_table_name
 
 from helpers import POSTGRES_PORT, pg_connect, unique
 
@@ -256,7 +256,7 @@ class Matrix:
 
     # -- the paths ------------------------------------------------------------------------
     def apply_both(self) -> None:
-        local = apply_local(self.cdc.cfg, "tgt")
+        local = run_apply(self.cdc.cfg, "tgt", via="local")
         assert local["tables"][self.table]["status"] in ("applied", "up_to_date"), local
         spark = self.cdc.apply_spark("spark_tgt")
         assert spark["via"] == "spark" and spark["tables"][self.table]["status"] in ("applied", "up_to_date"), spark

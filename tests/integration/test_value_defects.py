@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_dblog.cli import status
-from airflow_provider_dblog.engine.apply import apply_local
+from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.errors import SourceSetupError
@@ -39,7 +39,7 @@ def target_rows(cdc, table: str, order: str = "1") -> list[tuple]:
 
 
 def applied(cdc) -> dict:
-    return apply_local(cdc.cfg, "tgt")["tables"]
+    return run_apply(cdc.cfg, "tgt", via="local")["tables"]
 
 
 # -- keys ---------------------------------------------------------------------------------
@@ -274,7 +274,7 @@ def test_zero_dates_as_null_when_the_user_says_so(make_cdc, src_db):
     rid = cdc2.request(DumpSpec("keys", [f"{cdc2.db}.t"], keys=[[1]]))
     DumpRunner(cdc2.source, cdc2.state, cdc2.store, None, cdc2.cfg.dump).run(rid)
     cdc2.drain()
-    assert apply_local(cdc2.cfg, "tgt")["tables"][f"{cdc2.db}.t"]["status"] == "applied"
+    assert run_apply(cdc2.cfg, "tgt", via="local")["tables"][f"{cdc2.db}.t"]["status"] == "applied"
     assert target_rows(cdc2, "t", "id") == [(1, None, None, None), (2, None, None, None)]
 
 

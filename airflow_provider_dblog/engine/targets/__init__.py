@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..config import TargetConfig
-from .postgres import MergeResult, PostgresTarget, stage_table_name, target_table_name
+from .pg_tables import stage_table_name, target_table_name
+from .postgres import MergeResult, PostgresTarget
 
 __all__ = ["MergeResult", "PostgresTarget", "open_target", "stage_table_name", "target_table_name"]
 

@@ -6,8 +6,8 @@ the position of the event that wrote the row. ``"<schema>".dblog_apply_state``
 holds, per (source, table), the position below which every event has been
 applied: the apply's checkpoint, moved in the same transaction as the rows.
 
-A batch is staged in a plain table (Spark writes it over JDBC) and merged in one
-transaction that
+A batch is staged in a plain table (``COPY``, engine/targets/pg_copy.py; names in
+engine/targets/pg_tables.py) and merged in one transaction that
 
 * takes an advisory lock per target table, so two applies never interleave;
 * ignores stage rows below the checkpoint (a replayed or stale batch changes
@@ -22,7 +22,6 @@ No Spark and no Airflow here.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -34,77 +33,14 @@ from psycopg2 import sql
 
 from ..config import TargetConfig
 from ..positions import Position
-from ..logical_types import is_text_carried
-from ..schema import TableSchema
 from ..arrow_values import to_arrow
-from ..values import comparable_key, float32, parse_pg_date, parse_pg_timestamp, pg_options
+from ..schema import TableSchema
+from ..values import comparable_key, pg_options
 from .pg_copy import copy_rows
+from .pg_tables import (OP_COLUMN, POS_COLUMN, STAGE_PREFIX, STATE_TABLE, from_row, json_as_text, qualified_name,
+                        read_list, source_table_name, target_table_name)
 
 log = logging.getLogger(__name__)
-
-STATE_TABLE = "dblog_apply_state"
-POS_COLUMN = "_dblog_pos"
-OP_COLUMN = "_dblog_op"
-STAGE_PREFIX = "_dblog_stage__"
-_MAX_IDENT = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
-
-
-_FROM_TEXT = {"date": parse_pg_date, "timestamp": parse_pg_timestamp,
-              "timestamptz": lambda text: parse_pg_timestamp(text, True)}
-
-
-def read_list(table: TableSchema, names: list[str], alias: str = "") -> sql.Composable:
-    """A select list of target columns that reads each value exactly: as text where Python's
-    types or psycopg2's would not hold it (BC dates, infinity, numeric's scale, intervals),
-    parsed back by ``from_row``."""
-    pre = sql.SQL(f"{alias}.") if alias else sql.SQL("")
-    return sql.SQL(", ").join(
-        sql.SQL("{}{}::text").format(pre, sql.Identifier(n))
-        if table.column(n).type in _FROM_TEXT or is_text_carried(table.column(n).type)
-        else sql.SQL("{}{}").format(pre, sql.Identifier(n)) for n in names)
-
-
-def from_row(table: TableSchema, names: list[str], row: tuple) -> tuple:
-    """A row read with ``read_list`` as logical Python values."""
-    out = []
-    for n, v in zip(names, row):
-        t = table.column(n).type
-        out.append(None if v is None else _FROM_TEXT[t](v) if t in _FROM_TEXT
-                   else float32(v) if t == "float32"      # psycopg2 reads real's shortest text
-                   else bytes(v) if isinstance(v, memoryview) else v)
-    return tuple(out)
-
-
-def json_as_text(conn) -> None:
-    """json / jsonb values read as their text, as the event log carries them."""
-    import psycopg2.extras
-    psycopg2.extras.register_default_json(conn, loads=lambda text: text)
-    psycopg2.extras.register_default_jsonb(conn, loads=lambda text: text)
-
-
-def _fit(name: str) -> str:
-    """PostgreSQL silently truncates long names; shorten them deterministically instead."""
-    if len(name.encode()) <= _MAX_IDENT:
-        return name
-    digest = hashlib.sha1(name.encode()).hexdigest()[:12]
-    return name.encode()[:_MAX_IDENT - 13].decode(errors="ignore") + "_" + digest
-
-
-def _qualified(table: TableSchema | str) -> str:
-    return table.qualified if isinstance(table, TableSchema) else str(table)
-
-
-def target_table_name(table: TableSchema | str) -> str:
-    """``shop.orders`` -> ``shop__orders`` (the table's name in the target schema)."""
-    db, name = _qualified(table).split(".", 1)
-    return _fit(f"{db}__{name}")
-
-
-def stage_table_name(table: TableSchema | str, run_id: str = "") -> str:
-    """The stage table of one apply of ``table``; ``run_id`` makes it private to a run."""
-    db, name = _qualified(table).split(".", 1)
-    return _fit(f"{STAGE_PREFIX}{db}__{name}" + (f"__{run_id}" if run_id else ""))
-
 
 @dataclass
 class MergeResult:
@@ -187,7 +123,7 @@ class PostgresTarget:
 
     # -- names -------------------------------------------------------------------
     def _tid(self, name: str) -> sql.Composed:
-        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(name))
+        return qualified_name(self.schema, name)
 
     def qualified_stage(self, stage: str) -> str:
         """The stage's name as SQL text (quoted), for Spark's ``dbtable`` option."""
@@ -262,7 +198,7 @@ class PostgresTarget:
         if not self._table_exists(cur, STATE_TABLE):
             return None
         cur.execute(sql.SQL("SELECT pos FROM {} WHERE source = %s AND table_name = %s").format(
-            self._tid(STATE_TABLE)), (source, _qualified(table)))
+            self._tid(STATE_TABLE)), (source, source_table_name(table)))
         row = cur.fetchone()
         return Position.decode(row[0]) if row else None
 
@@ -276,7 +212,7 @@ class PostgresTarget:
             "INSERT INTO {t} AS s (source, table_name, pos, applied_at) VALUES (%s, %s, %s, now()) "
             "ON CONFLICT (source, table_name) DO UPDATE SET pos = EXCLUDED.pos, applied_at = EXCLUDED.applied_at "
             "WHERE s.pos < EXCLUDED.pos").format(t=self._tid(STATE_TABLE)),
-            (source, _qualified(table), pos.encode()))
+            (source, source_table_name(table), pos.encode()))
         return cur.rowcount == 1
 
     def advance_applied(self, source: str, table: TableSchema | str, pos: Position) -> bool:
@@ -292,7 +228,7 @@ class PostgresTarget:
             self._lock(cur, table)
             self._ensure_schema(cur)
             cur.execute(sql.SQL("DELETE FROM {} WHERE source = %s AND table_name = %s").format(
-                self._tid(STATE_TABLE)), (source, _qualified(table)))
+                self._tid(STATE_TABLE)), (source, source_table_name(table)))
 
     # -- the merge -------------------------------------------------------------------
     def merge_from_stage(self, table: TableSchema, stage: str, source: str, new_pos: Position,

@@ -1,0 +1,253 @@
+"""Planning an apply run: which tables, their schemas, each table's batch, which path.
+
+A table's batch is every event with ``applied <= pos < frontier``: ``applied`` is the
+target's checkpoint for the table, ``frontier`` is ``RedisState.frontier()``.
+:func:`plan_table` works out the batch (creating the target table, resetting the
+checkpoint of a recreated table, moving the checkpoint over an empty range, stopping
+before a value no target can take: :func:`held_at`). Both paths then execute it the
+same way (engine/apply_batch.py: reduce to the latest event per key, stage, merge), the
+local one in this process, ``spark_jobs/apply_job.py`` on Spark.
+
+Which path a run takes (:func:`choose_path`): the events still to apply of all the
+requested tables are counted (the ``pos`` column of the range's files only); up to
+``apply.local_max_events`` they are applied in-process, in about a second instead of a
+Spark start-up; above it (or with ``local_max_events: 0``) on Spark.
+
+No Spark and no Airflow here.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .config import Config, SourceConfig, TargetConfig
+from .events import DELETE
+from .positions import Position
+from .schema import TableSchema
+from .sweep import sweep_table
+
+log = logging.getLogger(__name__)
+
+LOCAL, SPARK = "local", "spark"
+
+
+# -- what a run applies ------------------------------------------------------------------
+def resolve_tables(scfg: SourceConfig, tables: str | list[str] | None) -> list[str]:
+    """The requested tables (a list or comma-separated ``db.table``), checked against the
+    source's; all of the source's when none are named."""
+    if isinstance(tables, str):
+        tables = [t.strip() for t in tables.split(",") if t.strip()]
+    return [scfg.table(t) for t in tables] if tables else list(scfg.tables)
+
+
+def load_schemas(scfg: SourceConfig, tables: list[str], schema_file: str = "") -> dict[str, TableSchema]:
+    """The tables' schemas: from ``schema_file`` (JSON ``{db.table: TableSchema.to_dict()}``)
+    if given, else asked from the source."""
+    if schema_file:
+        with open(schema_file) as f:
+            raw = json.load(f)
+        missing = [t for t in tables if t not in raw]
+        if missing:
+            raise ValueError(f"{schema_file} has no schema for {missing}")
+        return {t: TableSchema.from_dict(raw[t]) for t in tables}
+    from .sources import open_source
+
+    source = open_source(scfg)
+    try:
+        return {t: source.table_schema(t) for t in tables}
+    finally:
+        source.close()
+
+
+def events_in_range(store, files: list[str], lo: str, hi: str, stop_above: int | None = None) -> int:
+    """How many events ``files`` hold with ``lo <= pos < hi``, read from the ``pos`` column
+    alone. A replayed flush's events count twice. With ``stop_above``, stops counting once
+    the count passes it (the answer is then some number above it)."""
+    n = 0
+    for f in files:
+        pos = pq.read_table(f, columns=["pos"], filesystem=store.fs)["pos"]
+        n += pc.sum(pc.and_(pc.greater_equal(pos, lo), pc.less(pos, hi)).cast("int64")).as_py() or 0
+        if stop_above is not None and n > stop_above:
+            break
+    return n
+
+
+@dataclass
+class Batch:
+    """One table's batch. ``result`` is set when there is nothing to stage (the status is
+    final: ``no_frontier``, ``up_to_date`` or ``empty``); else ``events`` wait in ``files``."""
+    schema: TableSchema
+    applied: Position | None
+    frontier: Position | None
+    files: list[str] = field(default_factory=list)
+    events: int = 0
+    out: dict = field(default_factory=dict)
+    result: dict | None = None
+    started: float = field(default_factory=time.monotonic)
+    held: dict | None = None   # {"at": pos, "error": why}: the batch stops before an uncarried value
+
+    @property
+    def lo(self) -> str:
+        return self.applied.encode() if self.applied else ""
+
+    @property
+    def hi(self) -> str:
+        return self.frontier.encode()
+
+    def finish(self, status: str, **more) -> dict:
+        return self.out | {"status": status, "seconds": round(time.monotonic() - self.started, 3)} | more
+
+
+def plan_table(target, store, state, source_name: str, schema: TableSchema) -> Batch:
+    """The table's batch, with the bookkeeping both paths do before staging: create the
+    target table; forget the checkpoint of a target table that was dropped (re-apply from
+    the start); move the checkpoint over a range without events."""
+    started = time.monotonic()
+    table = schema.qualified
+    if target.ensure_table(schema) and target.applied_pos(source_name, schema) is not None:
+        # the target table was dropped (by hand): its checkpoint no longer says anything
+        log.warning("%s: target table was recreated; re-applying from the start of the log", table)
+        target.reset_applied(source_name, schema)
+    applied = target.applied_pos(source_name, schema)
+    frontier = state.frontier()
+    b = Batch(schema, applied, frontier, started=started)
+    b.out = {"from": applied.encode() if applied else None, "to": frontier.encode() if frontier else None,
+             "files": 0, "events": 0, "rows": 0, "inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
+    if frontier is None:
+        b.result = b.finish("no_frontier")
+        return b
+    if applied is not None and frontier <= applied:
+        b.result = b.finish("up_to_date")
+        return b
+    b.files = store.files_for_range(table, applied, frontier)
+    b.out["files"] = len(b.files)
+    if b.files:
+        at, why = held_at(store, b.files, b.lo, b.hi)
+        if at is not None:
+            # stop before the first event no target can take; the rest waits until a later
+            # event of that row (a fix at the source, a re-dump) makes it moot
+            b.held = {"at": at.encode(), "error": why}
+            b.out["held"] = b.held
+            log.warning("%s: apply held at %s: %s", table, at, why)
+            if applied is not None and at <= applied:
+                b.result = b.finish("held")
+                return b
+            b.frontier = at
+            b.out["to"] = at.encode()
+        b.events = b.out["events"] = events_in_range(store, b.files, b.lo, b.hi)
+    if not b.events:
+        target.advance_applied(source_name, schema, b.frontier)
+        b.result = b.finish("held" if b.held else "empty")
+    return b
+
+
+def held_at(store, files: list[str], lo: str, hi: str) -> tuple[Position | None, str | None]:
+    """Where a batch ``lo <= pos < hi`` must stop so that no event whose values could not
+    be carried (``error`` set, engine/values.py) reaches a target: (None, None) when none
+    would. A key's latest event in the batch is what a target gets, so the batch ends
+    before the earliest such event that is its key's latest; a later event of the same key
+    (the row fixed at the source, or a re-dump) lets it pass. A delete needs only its key,
+    and one whose key could not be carried deletes nothing: those pass (and are dropped)."""
+    # (a file written before events had an ``error`` column reads it as nulls)
+    errors = pa.schema([pa.field("error", pa.string())])
+    parts = [pq.read_table(f, schema=errors, filesystem=store.fs) for f in files]
+    if not any(p["error"].null_count < p.num_rows for p in parts):
+        return None, None
+    cols = pa.schema([pa.field(c, pa.string()) for c in ("key", "op", "pos", "error")])
+    data = pa.concat_tables([pq.read_table(f, schema=cols, filesystem=store.fs) for f in files])
+    data = data.filter(pc.and_(pc.greater_equal(data["pos"], lo), pc.less(data["pos"], hi)))
+    ceiling, why = hi, None
+    while True:
+        latest = latest_per_key(data.filter(pc.less(data["pos"], ceiling)))
+        bad = latest.filter(pc.and_(pc.is_valid(latest["error"]), pc.not_equal(latest["op"], DELETE)))
+        if bad.num_rows == 0:
+            break
+        first = bad.sort_by([("pos", "ascending")]).slice(0, 1).to_pylist()[0]
+        ceiling, why = first["pos"], first["error"]
+    return (None, None) if why is None else (Position.decode(ceiling), why)
+
+
+def pending_ranges(target, store, state, source_name: str, tables: list[str]) -> Iterator[tuple[str, list[str], str, str]]:
+    """``(table, files, lo, hi)`` of each table with events still to apply, read-only. A
+    target table that does not exist counts from the start of the log (:func:`plan_table`
+    will reset it)."""
+    frontier = state.frontier()
+    if frontier is None:
+        return
+    for table in tables:
+        applied = target.applied_pos(source_name, table) if target.exists(table) else None
+        if applied is None or applied < frontier:
+            files = store.files_for_range(table, applied, frontier)
+            yield table, files, applied.encode() if applied else "", frontier.encode()
+
+
+def held_tables(target, store, state, source_name: str, tables: list[str]) -> dict[str, dict]:
+    """The tables whose apply to ``target`` is held (``held_at``) right now:
+    {table: {"at": position, "error": why}}, read-only (``dblog status``)."""
+    out: dict[str, dict] = {}
+    for table, files, lo, hi in pending_ranges(target, store, state, source_name, tables):
+        at, why = held_at(store, files, lo, hi) if files else (None, None)
+        if at is not None:
+            out[table] = {"at": at.encode(), "error": why}
+    return out
+
+
+def pending_events(target, store, state, source_name: str, tables: list[str],
+                   stop_above: int | None = None) -> int:
+    """Events still to apply in ``tables`` (a replayed flush's count twice), without
+    changing anything: the basis of :func:`choose_path`."""
+    n = 0
+    for _, files, lo, hi in pending_ranges(target, store, state, source_name, tables):
+        n += events_in_range(store, files, lo, hi, None if stop_above is None else stop_above - n)
+        if stop_above is not None and n > stop_above:
+            break
+    return n
+
+
+def choose_path(config: Config, target, store, state, source_name: str, tables: list[str]) -> tuple[str, int]:
+    """``("local", events)`` when the run's events fit ``apply.local_max_events``, else
+    ``("spark", events)`` (``events`` then only says "more than the limit")."""
+    limit = config.apply.local_max_events
+    if limit <= 0:
+        return SPARK, -1
+    n = pending_events(target, store, state, source_name, tables, stop_above=limit)
+    return (LOCAL if n <= limit else SPARK), n
+
+
+def with_sweep(result: dict, target, target_name: str, store, state, source_cfg: SourceConfig,
+               schema: TableSchema) -> dict:
+    """After a table's batch (either path): run the orphan sweep of a finished full-table
+    dump once the apply has reached it (``engine/sweep.py``)."""
+    deleted = sweep_table(target, target_name, store, state, source_cfg, schema)
+    return result if deleted is None else result | {"orphans_deleted": deleted}
+
+
+def run_result(tcfg: TargetConfig, scfg: SourceConfig, run_id: str, results: dict[str, dict],
+               started: float, via: str, **more) -> dict:
+    """The result of an apply run, the same for both paths (``apply_job`` prints it)."""
+    total = lambda k: sum(r.get(k, 0) for r in results.values())  # noqa: E731
+    return {"target": tcfg.name, "source": scfg.name, "run_id": run_id, "via": via, "tables": results,
+            **more,
+            "events": total("events"), "inserted": total("inserted"), "updated": total("updated"),
+            "deleted": total("deleted"), "orphans_deleted": total("orphans_deleted"),
+            "changed": [t for t, r in results.items()
+                        if r.get("inserted") or r.get("updated") or r.get("deleted") or r.get("orphans_deleted")],
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+def latest_per_key(data: pa.Table) -> pa.Table:
+    """The latest event per key (sort by key, then position descending; keep each key's
+    first). A replayed flush's duplicate has the same key and position: one is kept."""
+    if data.num_rows <= 1:
+        return data
+    data = data.sort_by([("key", "ascending"), ("pos", "descending")])
+    key = data["key"].combine_chunks()
+    first = pc.not_equal(key.slice(1), key.slice(0, len(key) - 1))
+    return data.filter(pa.concat_arrays([pa.array([True]), first]))
