@@ -1,8 +1,10 @@
 """What the SQL sources (MySQL/MariaDB, PostgreSQL) share, whatever their dialect:
 the schema cache, connection lifetime, and turning fetched rows into typed keys,
-chunk plans and Arrow tables. A subclass supplies ``_load_schema``, ``check``,
-``to_logical`` (native value -> logical type) and ``needs_expr`` (read through an
-expression, so key predicates use the raw alias)."""
+chunk plans and Arrow tables, and the frame of ``check`` (set-up, watermark table, each
+table, the log). A subclass supplies ``_load_schema``, the checks of its own server
+(``server_settings``, ``setup_problems``, ...), ``bound_predicate`` (one side of a key
+range in its dialect), ``to_logical`` (native value -> logical type) and ``needs_expr``
+(read through an expression, so key predicates use the raw alias)."""
 from __future__ import annotations
 
 import threading
@@ -11,13 +13,32 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 
 from ..config import SourceConfig, check_identifier
-from ..errors import SchemaChangedError, SourceSetupError, UncarriedValueError, ZeroDateError
+from ..errors import (NoPrimaryKeyError, SchemaChangedError, SourceSetupError, UncarriedValueError, UnknownTableError,
+                      ZeroDateError)
 from ..schema import TableSchema
 from ..arrow_values import column_from_text, from_arrow, to_arrow
-from .base import ChunkPlan
+from .base import ChunkPlan, Problem
 
 WATERMARK_TABLE = "watermark"
 SELECT_BATCH = 500  # keys per select_keys statement
+
+
+# what fixes a table the schema reader refuses
+TABLE_FIXES = {UnknownTableError: "create the table or remove it from the config",
+               NoPrimaryKeyError: "add a PRIMARY KEY to the table (DBLog chunks and reconciles by primary key)",
+               SourceSetupError: "change the column type or stop capturing the table"}
+
+
+def quote_with(mark: str, name: str) -> str:
+    """An identifier between ``mark`` quotes (embedded marks doubled), refusing what no
+    database names a thing (empty, NUL)."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise ValueError(f"bad identifier {name!r}")
+    return mark + name.replace(mark, mark + mark) + mark
+
+
+def driver_text(e: Exception) -> str:
+    return str(e).strip()
 
 
 def raw_key_alias(name: str) -> str:
@@ -61,8 +82,60 @@ class SqlSource:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def check(self, scan_values: bool = False) -> list:
-        raise NotImplementedError
+    # -- checks: the frame; the server's own checks are the subclass's ------------
+    driver_error: type[Exception] = Exception   # the DB-API driver's base error class
+    definition_grant = "grant SELECT on the table"   # what lets the user read a table's definition
+
+    def check(self, scan_values: bool = False) -> list[Problem]:
+        """Everything that keeps this source from CDC, each with its fix; [] means ready.
+        ``scan_values``: also scan each table once for values no target can hold
+        (``value_problems``; ``dblog check`` does, a tail's start does not)."""
+        try:
+            settings = self.server_settings()
+        except self.driver_error as e:
+            return [self.unreachable(e)]
+        problems = self.setup_problems(settings)
+        problems += self.watermark_problems()
+        for table in self.tables:
+            problems += self.table_problems(table, scan_values)
+        return problems + self.log_problems()
+
+    def unreachable(self, error: Exception) -> Problem:
+        ep = self.config.endpoint
+        return Problem(f"cannot connect to {ep.host}:{ep.port} as {ep.user}: {driver_text(error)}",
+                       "check the host, port, user and password of the source")
+
+    def watermark_problems(self) -> list[Problem]:
+        try:
+            self.ensure_watermark_table()
+            self.probe_watermark_write()
+        except self.driver_error as e:
+            return [Problem(f"cannot create or write the watermark table {self.watermark_table}: "
+                            f"{driver_text(e)}", self.watermark_grant())]
+        return []
+
+    def table_problems(self, table: str, scan_values: bool) -> list[Problem]:
+        try:
+            self.refresh_schema(table)
+        except (UnknownTableError, NoPrimaryKeyError, SourceSetupError) as e:
+            return [Problem(str(e), TABLE_FIXES[type(e)], table)]
+        except self.driver_error as e:
+            return [Problem(f"cannot read the table's definition: {driver_text(e)}", self.definition_grant, table)]
+        problems = self.capture_problems(table)
+        try:
+            self.probe_select(table)
+        except self.driver_error as e:
+            return problems + [Problem(f"cannot select from the table: {driver_text(e)}",
+                                       f"GRANT SELECT ON {self.quote_table(table)} TO <user>", table)]
+        return problems + (self.value_problems(table) if scan_values else [])
+
+    def capture_problems(self, table: str) -> list[Problem]:
+        """What else keeps the log from carrying this table's changes (none by default)."""
+        return []
+
+    def log_problems(self) -> list[Problem]:
+        """What keeps the log itself from being read (none by default)."""
+        return []
 
     # -- the log (a source that needs set-up or acknowledgements overrides these) --
     def prepare_log(self) -> None:
@@ -134,6 +207,21 @@ class SqlSource:
         n = len(table.key)
         bounds = [self._typed_key(table, r[:n]) for r in rows]
         return ChunkPlan(after=after, end=bounds[-1], bounds=(after, *bounds), rows=int(rows[0][n]))
+
+    def range_predicates(self, table: TableSchema, plan: ChunkPlan) -> list[str]:
+        """One WHERE predicate per partition, ``bounds[i] < key <= bounds[i+1]``, with
+        literals rendered from the plan's bounds (Spark cannot bind parameters), written
+        against ``jdbc_table(table)`` (a key column read through an expression is named by
+        its raw alias there) for the JDBC session of ``jdbc()``."""
+        cols = self._predicate_columns(table)
+        out = []
+        for lo, hi in zip(plan.bounds, plan.bounds[1:]):
+            if hi is None:
+                raise ValueError("a partition's upper bound cannot be None")
+            parts = [] if lo is None else [self.bound_predicate(table, cols, ">", lo)]
+            parts.append(self.bound_predicate(table, cols, "<=", hi))
+            out.append(" AND ".join(parts))
+        return out
 
     def _predicate_columns(self, table: TableSchema) -> list[str]:
         native = self.native_columns(table.qualified)

@@ -12,7 +12,8 @@ import hashlib
 
 from psycopg2 import sql
 
-from ..schema import TableSchema, is_text_carried
+from ..logical_types import is_text_carried
+from ..schema import TableSchema
 from ..values import float32, parse_pg_date, parse_pg_timestamp
 
 STATE_TABLE = "dblog_apply_state"

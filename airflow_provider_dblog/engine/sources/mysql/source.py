@@ -20,7 +20,7 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from ...conditions import parse_condition
-from ...errors import NoPrimaryKeyError, SourceSetupError, UnknownTableError, WatermarkError
+from ...errors import SourceSetupError, WatermarkError
 from ...positions import Position
 from ...schema import TableSchema
 from ..base import ChunkPlan, LogItem, Problem
@@ -34,12 +34,6 @@ from .sql import BoundParams, key_predicate, quote_ident, quote_table, sql_liter
 from .types import needs_expr, select_expr, text_parsed
 
 # what each table problem of ``check`` is fixed by
-_TABLE_FIXES = {UnknownTableError: "create the table or remove it from the config",
-                NoPrimaryKeyError: "add a PRIMARY KEY to the table (DBLog chunks and "
-                                   "reconciles by primary key)",
-                SourceSetupError: "change the column type or stop capturing the table"}
-
-
 class MySQLSource(SqlSource):
     """A MySQL/MariaDB source of the DBLog engine (see sources/base.py Source)."""
 
@@ -48,6 +42,8 @@ class MySQLSource(SqlSource):
     text_parsed = staticmethod(text_parsed)
     dialect = "mysql"
     value_errors = (pymysql.err.DataError,)
+    driver_error = pymysql.MySQLError
+    quote_table = staticmethod(quote_table)
 
     heartbeat_s = 0.5          # binlog heartbeat: how soon an idle read_log yields Idle
     read_timeout_s = 30.0      # a silent binlog connection is dead after this long
@@ -92,21 +88,13 @@ class MySQLSource(SqlSource):
                 return list(cur.fetchall())
 
     # -- checks ------------------------------------------------------------------
-    def server_variables(self) -> dict[str, str]:
+    def server_settings(self) -> dict[str, str]:
         names = ", ".join(f"'{v}'" for v in checks.SERVER_VARIABLES)
         rows = self._query(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
         return {str(k).lower(): str(v) for k, v in rows}
 
-    def check(self, scan_values: bool = False) -> list[Problem]:
-        """Everything that keeps this source from CDC, each with its fix; [] means ready.
-        ``scan_values``: also scan each table once for values no target can hold
-        (``value_problems``; ``dblog check`` does, a tail's start does not)."""
-        try:
-            variables = self.server_variables()
-        except pymysql.MySQLError as e:
-            ep = self.config.endpoint
-            return [Problem(f"cannot connect to {ep.host}:{ep.port} as {ep.user}: {e}",
-                            "check the host, port, user and password of the source")]
+    def setup_problems(self, variables: dict[str, str]) -> list[Problem]:
+        """The binlog's settings, the reader's server_id, the user's grants."""
         problems = checks.binlog_problems(variables)
         if variables.get("server_id") == str(self.config.server_id):
             problems.append(Problem(
@@ -125,32 +113,17 @@ class MySQLSource(SqlSource):
             except (pymysql.MySQLError, SourceSetupError) as e:
                 problems.append(Problem(f"SHOW MASTER STATUS failed: {e}",
                                         "GRANT REPLICATION CLIENT (MariaDB: BINLOG MONITOR) ON *.*"))
-        try:
-            self.ensure_watermark_table()
-            self._query(f"UPDATE {quote_table(self.watermark_table)} SET value = value "
-                        "WHERE id = 1 AND 1 = 0")
-        except pymysql.MySQLError as e:
-            problems.append(Problem(
-                f"cannot create or write the watermark table {self.watermark_table}: {e}",
-                f"GRANT CREATE, SELECT, INSERT, UPDATE ON {quote_ident(self.namespace)}.* TO <user>, "
-                f"or create the database {self.namespace} for it"))
-        for table in self.tables:
-            problems += self._table_problems(table, scan_values)
         return problems
 
-    def _table_problems(self, table: str, scan_values: bool) -> list[Problem]:
-        try:
-            self.refresh_schema(table)
-        except (UnknownTableError, NoPrimaryKeyError, SourceSetupError) as e:
-            return [Problem(str(e), _TABLE_FIXES[type(e)], table)]
-        except pymysql.MySQLError as e:
-            return [Problem(f"cannot read the table's definition: {e}", "grant SELECT on the table", table)]
-        try:
-            self._query(f"SELECT 1 FROM {quote_table(table)} LIMIT 0")
-        except pymysql.MySQLError as e:
-            return [Problem(f"cannot select from the table: {e}",
-                            f"GRANT SELECT ON {quote_table(table)} TO <user>", table)]
-        return self.value_problems(table) if scan_values else []
+    def probe_watermark_write(self) -> None:
+        self._query(f"UPDATE {quote_table(self.watermark_table)} SET value = value WHERE id = 1 AND 1 = 0")
+
+    def watermark_grant(self) -> str:
+        return (f"GRANT CREATE, SELECT, INSERT, UPDATE ON {quote_ident(self.namespace)}.* TO <user>, "
+                f"or create the database {self.namespace} for it")
+
+    def probe_select(self, table: str) -> None:
+        self._query(f"SELECT 1 FROM {quote_table(table)} LIMIT 0")
 
     def value_problems(self, table: str) -> list[Problem]:
         """Values of the table that no target can hold exactly (checks.value_problems)."""
@@ -227,24 +200,11 @@ class MySQLSource(SqlSource):
             "ORDER BY `__dblog_rn`")
         return self._plan_from_rows(table, after, self._query(sql, p.args + [int(size), int(parts), int(parts)]))
 
-    def range_predicates(self, table: TableSchema, plan: ChunkPlan) -> list[str]:
-        """One WHERE predicate per partition, ``bounds[i] < key <= bounds[i+1]``, with
-        literals rendered from the plan's bounds (Spark cannot bind parameters).
-
-        They are written against ``jdbc_table(table)`` (a key column of type CHAR,
-        ENUM, SET, TIME, ... is named by its raw alias there) and need the JDBC
-        session of ``jdbc()`` (no NO_BACKSLASH_ESCAPES)."""
-        cols = self._predicate_columns(table)
-        out = []
-        for lo, hi in zip(plan.bounds, plan.bounds[1:]):
-            if hi is None:
-                raise ValueError("a partition's upper bound cannot be None")
-            parts = []
-            if lo is not None:
-                parts.append(key_predicate(cols, ">", self._key_sql(table, lo), sql_literal))
-            parts.append(key_predicate(cols, "<=", self._key_sql(table, hi), sql_literal))
-            out.append(" AND ".join(parts))
-        return out
+    def bound_predicate(self, table: TableSchema, cols: list[str], op: str, key: tuple) -> str:
+        """``key-columns op key`` for ``range_predicates``: a key column of type CHAR, ENUM,
+        SET, TIME, ... is named by its raw alias, and the literals need the JDBC session of
+        ``jdbc()`` (no NO_BACKSLASH_ESCAPES)."""
+        return key_predicate(cols, op, self._key_sql(table, key), sql_literal)
 
     def _key_sql(self, table: TableSchema, key: tuple) -> tuple:
         native = self.native_columns(table.qualified)

@@ -6,12 +6,12 @@ import datetime as dt
 import decimal
 from typing import Any, Callable, Sequence
 
+from ..sql_source import quote_with
+
 
 def quote_ident(name: str) -> str:
     """A MySQL identifier in backticks (embedded backticks doubled)."""
-    if not isinstance(name, str) or not name or "\x00" in name:
-        raise ValueError(f"bad identifier {name!r}")
-    return "`" + name.replace("`", "``") + "`"
+    return quote_with("`", name)
 
 
 def quote_table(qualified: str) -> str:

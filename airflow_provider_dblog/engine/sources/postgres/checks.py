@@ -11,8 +11,9 @@ from typing import Any
 
 import psycopg2
 
-from ...errors import NoPrimaryKeyError, SourceSetupError, UnknownTableError
+from ...errors import SourceSetupError
 from ..base import Problem
+from ..sql_source import driver_text
 from .sql import bound_ident, quote_table, table_stmt
 
 # the pg_settings that server_problems and check read
@@ -48,17 +49,13 @@ class SetupChecks:
                            (list(CHECKED_SETTINGS),))
         return {str(k).lower(): str(v) for k, v in rows}
 
-    def check(self, scan_values: bool = False) -> list[Problem]:
-        """Everything that keeps this source from CDC, each with its fix; [] means ready.
-        ``scan_values``: also scan each table once for values no target can hold
-        (``value_problems``; ``dblog check`` does, a tail's start does not)."""
-        try:
-            settings = self.server_settings()
-        except psycopg2.Error as e:
-            ep = self.config.endpoint
-            return [Problem(f"cannot connect to {ep.host}:{ep.port}/{ep.database} as {ep.user}: "
-                            f"{str(e).strip()}",
-                            "check the host, port, user, password and database of the source")]
+    def unreachable(self, error: Exception) -> Problem:
+        ep = self.config.endpoint
+        return Problem(f"cannot connect to {ep.host}:{ep.port}/{ep.database} as {ep.user}: {driver_text(error)}",
+                       "check the host, port, user, password and database of the source")
+
+    def setup_problems(self, settings: dict[str, str]) -> list[Problem]:
+        """The server's settings and the user's role (and what synchronous standbys need)."""
         problems = server_problems(settings)
         rows = self._query("SELECT rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user")
         problems += role_problems(*rows[0]) if rows else role_problems(False, False)
@@ -70,52 +67,35 @@ class SetupChecks:
                     "waits: a commit in the log but not yet visible (waiting for a standby) would "
                     "not be awaited by the watermarks, and a chunk could miss it",
                     "GRANT pg_read_all_stats TO <user>"))
-        try:
-            self.ensure_watermark_table()
-            self._query(table_stmt("UPDATE ", self.watermark_table,
-                                   " SET value = value WHERE id = 1 AND false"), fetch=False)
-        except psycopg2.Error as e:
-            problems.append(Problem(
-                f"cannot create or write the watermark table {self.watermark_table}: {str(e).strip()}",
-                f"GRANT CREATE ON DATABASE <db> TO <user> (the engine creates schema {self.namespace}), "
-                f"or create {self.watermark_table} and GRANT SELECT, INSERT, UPDATE on it"))
-        for table in self.tables:
-            try:
-                self.refresh_schema(table)
-            except (UnknownTableError, NoPrimaryKeyError, SourceSetupError) as e:
-                fix = {UnknownTableError: "create the table or remove it from the config",
-                       NoPrimaryKeyError: "add a PRIMARY KEY to the table (DBLog chunks and "
-                                          "reconciles by primary key)",
-                       SourceSetupError: "change the column type or stop capturing the table"}
-                problems.append(Problem(str(e), fix[type(e)], table))
-                continue
-            except psycopg2.Error as e:
-                problems.append(Problem(f"cannot read the table's definition: {str(e).strip()}",
-                                        "grant USAGE on the schema and SELECT on the table", table))
-                continue
-            if self._replident.get(table) != "f":
-                ident = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}.get(
-                    self._replident.get(table, ""), "unknown")
-                problems.append(Problem(
-                    f"REPLICA IDENTITY is {ident}, not FULL: the WAL would lack the before image "
-                    "of updates and deletes (needed for key changes and deletes)",
-                    f"ALTER TABLE {quote_table(table)} REPLICA IDENTITY FULL", table))
-            try:
-                self._query(table_stmt("SELECT 1 FROM ", table, " LIMIT 0"))
-            except psycopg2.Error as e:
-                problems.append(Problem(f"cannot select from the table: {str(e).strip()}",
-                                        f"GRANT SELECT ON {quote_table(table)} TO <user>", table))
-                continue
-            if scan_values:
-                problems += self.value_problems(table)
-        try:
-            problems += self.slot.problems()
-        except SourceSetupError as e:   # a bad slot or publication name
-            problems.append(Problem(str(e), "fix the `slot:` / `publication:` of the source"))
-        except psycopg2.Error as e:
-            problems.append(Problem(f"cannot read the replication slots and publications: "
-                                    f"{str(e).strip()}", "grant pg_read_all_stats to the user"))
         return problems
+
+    def probe_watermark_write(self) -> None:
+        self._query(table_stmt("UPDATE ", self.watermark_table, " SET value = value WHERE id = 1 AND false"),
+                    fetch=False)
+
+    def watermark_grant(self) -> str:
+        return (f"GRANT CREATE ON DATABASE <db> TO <user> (the engine creates schema {self.namespace}), "
+                f"or create {self.watermark_table} and GRANT SELECT, INSERT, UPDATE on it")
+
+    def capture_problems(self, table: str) -> list[Problem]:
+        if self._replident.get(table) == "f":
+            return []
+        ident = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}.get(self._replident.get(table, ""), "unknown")
+        return [Problem(f"REPLICA IDENTITY is {ident}, not FULL: the WAL would lack the before image "
+                        "of updates and deletes (needed for key changes and deletes)",
+                        f"ALTER TABLE {quote_table(table)} REPLICA IDENTITY FULL", table)]
+
+    def probe_select(self, table: str) -> None:
+        self._query(table_stmt("SELECT 1 FROM ", table, " LIMIT 0"))
+
+    def log_problems(self) -> list[Problem]:
+        try:
+            return self.slot.problems()
+        except SourceSetupError as e:   # a bad slot or publication name
+            return [Problem(str(e), "fix the `slot:` / `publication:` of the source")]
+        except psycopg2.Error as e:
+            return [Problem(f"cannot read the replication slots and publications: {driver_text(e)}",
+                            "grant pg_read_all_stats to the user")]
 
     def value_problems(self, table: str) -> list[Problem]:
         """Values of the table that no target can hold exactly (one scan of the table):

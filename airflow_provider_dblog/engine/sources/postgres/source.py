@@ -55,6 +55,9 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
     text_parsed = staticmethod(text_parsed)
     dialect = "postgres"
     value_errors = (psycopg2.DataError,)
+    driver_error = psycopg2.Error
+    definition_grant = "grant USAGE on the schema and SELECT on the table"
+    quote_table = staticmethod(quote_table)
 
     def __init__(self, config: SourceConfig):
         super().__init__(config)
@@ -173,24 +176,11 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
                            p.args + [int(size), int(parts), int(parts)])
         return self._plan_from_rows(table, after, rows)
 
-    def range_predicates(self, table: TableSchema, plan: ChunkPlan) -> list[str]:
-        """One WHERE predicate per partition, ``bounds[i] < key <= bounds[i+1]``, with
-        literals rendered from the plan's bounds (Spark cannot bind parameters).
-
-        Written against ``jdbc_table(table)`` (a key column read through an expression
-        is named by its raw alias there); they need standard_conforming_strings=on."""
-        cols = self._predicate_columns(table)
-        types = self._key_types(table)
-        out = []
-        for lo, hi in zip(plan.bounds, plan.bounds[1:]):
-            if hi is None:
-                raise ValueError("a partition's upper bound cannot be None")
-            parts = []
-            if lo is not None:
-                parts.append(key_after(cols, lo, pg_literal, types))
-            parts.append(key_upto(cols, hi, pg_literal, types))
-            out.append(" AND ".join(parts))
-        return out
+    def bound_predicate(self, table: TableSchema, cols: list[str], op: str, key: tuple) -> str:
+        """``key-columns op key`` for ``range_predicates`` (its literals need
+        standard_conforming_strings=on)."""
+        bound = key_after if op == ">" else key_upto
+        return bound(cols, key, pg_literal, self._key_types(table))
 
     def select_list(self, table: TableSchema, quote: Callable[[str], str] = quote_ident) -> str:
         native = self.native_columns(table.qualified)

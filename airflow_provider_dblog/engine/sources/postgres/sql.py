@@ -16,14 +16,13 @@ from typing import Any, Callable, Sequence
 from psycopg2 import sql
 
 from ...values import FarDate, FarTimestamp, pg_date_text, pg_timestamp_text
+from ..sql_source import quote_with
 
 
 def quote_ident(name: str) -> str:
     """A PostgreSQL identifier in double quotes (embedded quotes doubled): the text
     ``psycopg2.sql.Identifier(name)`` renders, for SQL that is built without a connection."""
-    if not isinstance(name, str) or not name or "\x00" in name:
-        raise ValueError(f"bad identifier {name!r}")
-    return '"' + name.replace('"', '""') + '"'
+    return quote_with('"', name)
 
 
 def quote_table(qualified: str) -> str:
