@@ -46,14 +46,13 @@ from airflow_provider_dblog.engine.apply_plan import (  # noqa: E402
     run_result,
     with_sweep,
 )
-from spark_jobs.common import event_spark_schema, load, run_job, spark_session  # noqa: E402
+from spark_jobs.common import event_spark_schema, job_parser, load, log_to_stderr, run_job, spark_session  # noqa: E402
 
 log = logging.getLogger("dblog.apply")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="apply_job", description=__doc__.split("\n")[0])
-    p.add_argument("--config", required=True, help="the dblog YAML config")
+    p = job_parser("apply_job", __doc__, source=False)
     p.add_argument("--target", default=None, help="target name (optional with one target)")
     p.add_argument("--tables", default="", help="comma-separated db.table list (default: all of the source's)")
     p.add_argument("--schema-file", default="",
@@ -141,8 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
     from airflow_provider_dblog.engine.targets import open_target
     from airflow_provider_dblog.engine.wiring import Wiring
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_to_stderr()
     started = time.monotonic()
     args = parse_args(argv)
     cfg = load(args.config)

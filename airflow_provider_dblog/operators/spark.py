@@ -31,7 +31,7 @@ from ..engine.jobs import (
     spark_submit_binary,
 )
 from ..exceptions import DBLogSparkConnectionError
-from ..hooks.dblog import DBLogHook
+from ..hooks.dblog import DBLogHook, DBLogHookMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -130,7 +130,7 @@ def submit_and_report(spark_hook: SparkSubmitHook, application: str, report: Job
     return report.outcome()
 
 
-class DBLogSparkSubmitOperator(SparkSubmitOperator):
+class DBLogSparkSubmitOperator(DBLogHookMixin, SparkSubmitOperator):
     """Run one of dblog's Spark jobs (``dump_job``, ``apply_job``) with ``spark-submit``.
 
     The base of :class:`~airflow_provider_dblog.operators.dump.DBLogDumpOperator` and
@@ -203,9 +203,6 @@ class DBLogSparkSubmitOperator(SparkSubmitOperator):
         """Called when the job failed; raise something else, or return to raise ``error``."""
 
     # -- the run ---------------------------------------------------------------------
-    def dblog_hook(self) -> DBLogHook:
-        return DBLogHook(config_path=self.config_path, dblog_conn_id=self.dblog_conn_id)
-
     def check_spark_connection(self) -> str:
         """The master the Spark connection resolves to; raises if it is missing or unusable."""
         return check_spark_connection(self._conn_id, self._deploy_mode)
