@@ -28,8 +28,11 @@ def repair_params(config: Config, source: str) -> dict[str, Param]:
                        values_display={"all": "All tables", "table": "One table",
                                        "keys": "A list of primary keys", "where": "Rows matching a condition"}),
         "table": Param(tables[0], enum=tables, title="Table", description="Not used when the scope is 'all'."),
-        "keys": Param("", type="string", format="multiline", title="Primary keys", description=KEYS_HELP),
-        "where": Param("", type="string", title="WHERE condition", description=WHERE_HELP),
+        # optional fields allow null: Airflow's form requires every field whose type refuses it
+        "keys": Param(None, type=["null", "string"], format="multiline", title="Primary keys",
+                      description="For the scope 'keys'. " + KEYS_HELP),
+        "where": Param(None, type=["null", "string"], title="WHERE condition",
+                       description="For the scope 'where'. " + WHERE_HELP),
         "chunk_size": Param(config.dump.chunk_size, type="integer", minimum=1, maximum=10_000_000,
                             title="Chunk size", description="Rows per chunk (one LW/HW window each)."),
         "parallelism": Param(config.dump.parallelism, type="integer", minimum=1, maximum=64,

@@ -50,7 +50,7 @@ def build_dags(config_path: str) -> dict[str, DAG]:
     for source in cfg.sources.values():
         tags = ["dblog", f"source:{source.name}"]
         with DAG(f"dblog_tail__{source.name}", schedule="@continuous", start_date=START, catchup=False,
-                 max_active_runs=1, tags=tags,
+                 max_active_runs=1, tags=tags, description=f"Tails the change log of {source.name}",
                  doc_md=f"Tails the change log of **{source.name}**: each run reads for "
                         f"{opts['tail_run_seconds']} s, checkpoints and ends; the next run follows.") as d:
             DBLogTailOperator(task_id="tail", config_path=config_path, source=source.name,
@@ -61,11 +61,16 @@ def build_dags(config_path: str) -> dict[str, DAG]:
             with DAG(f"dblog_dump__{source.name}__{_tag(table)}", schedule=None, start_date=START,
                      catchup=False, max_active_runs=1, tags=tags + [f"table:{table}"],
                      render_template_as_native_obj=True,
-                     params={"request_id": Param("", type="string", title="Resume request",
+                     description=f"Full dump of {table} (source {source.name}) in watermark-bounded chunks",
+                     params={"request_id": Param(None, type=["null", "string"], title="Resume request",
                                                  description="Empty: a new full dump. A request id: "
                                                              "resume it from its last completed chunk."),
-                             "chunk_size": Param(cfg.dump.chunk_size, type="integer", minimum=1),
-                             "parallelism": Param(cfg.dump.parallelism, type="integer", minimum=1, maximum=64)},
+                             "chunk_size": Param(cfg.dump.chunk_size, type="integer", minimum=1,
+                                                 maximum=10_000_000, title="Chunk size",
+                                                 description="Rows per chunk (one LW/HW window each)."),
+                             "parallelism": Param(cfg.dump.parallelism, type="integer", minimum=1, maximum=64,
+                                                  title="Read parallelism",
+                                                  description="Spark JDBC partitions per chunk.")},
                      doc_md=f"Full dump of `{table}` in chunks, each between a low and a high watermark. "
                             "Pause or cancel it with `dblog_dump_control__" + source.name + "`; trigger "
                             "this DAG again with the request id to resume.") as d:
@@ -81,6 +86,7 @@ def build_dags(config_path: str) -> dict[str, DAG]:
 
         with DAG(f"dblog_repair__{source.name}", schedule=None, start_date=START, catchup=False,
                  tags=tags + ["repair"], render_template_as_native_obj=True,
+                 description=f"Repair or backfill {source.name}: all tables, one table, keys or a condition",
                  params=repair_params(cfg, source.name),
                  doc_md="**Repair or backfill** from the UI: *Trigger DAG* opens a form. Choose the "
                         "scope (all tables, one table, primary keys, or a WHERE condition), the table, "
@@ -100,8 +106,14 @@ def build_dags(config_path: str) -> dict[str, DAG]:
 
         with DAG(f"dblog_dump_control__{source.name}", schedule=None, start_date=START, catchup=False,
                  tags=tags, render_template_as_native_obj=True,
-                 params={"request_id": Param(type="string", minLength=1, title="Request id"),
-                         "action": Param("pause", enum=["pause", "resume", "cancel"], title="Action")},
+                 description=f"Pause, resume or cancel a dump request of {source.name}",
+                 params={"request_id": Param(type="string", minLength=1, title="Request id",
+                                             description="The id the dump's create_request task returned "
+                                                         "(its XCom), as `dblog status` lists it."),
+                         "action": Param("pause", enum=["pause", "resume", "cancel"], title="Action",
+                                         description="pause: stop at the next chunk boundary; resume: "
+                                                     "clear the pause (then run the dump again); cancel: "
+                                                     "stop for good. A finished or unknown request is refused.")},
                  doc_md="Pause, resume or cancel a dump request. A paused dump stops at the next chunk "
                         "boundary; trigger its dump DAG with the request id to continue.") as d:
             DBLogDumpControlOperator(task_id="control", config_path=config_path, source=source.name,
@@ -111,6 +123,7 @@ def build_dags(config_path: str) -> dict[str, DAG]:
     for target in cfg.targets.values():
         with DAG(f"dblog_apply__{target.name}", schedule=opts["apply_schedule"], start_date=START,
                  catchup=False, max_active_runs=1, tags=["dblog", f"target:{target.name}"],
+                 description=f"Applies the log of {target.source} to {target.name}",
                  doc_md=f"Applies the event log of **{target.source}** to **{target.name}** up to the "
                         "frontier, then updates one Asset per table (`dblog://<source>/<db>/<table>`).") as d:
             DBLogApplyOperator(task_id="apply", config_path=config_path, target=target.name,

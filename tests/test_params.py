@@ -66,6 +66,21 @@ def test_mismatched_fields_are_refused(fields, words):
         parse_spec(**fields)
 
 
+def test_the_form_can_be_submitted_with_its_defaults():
+    """Airflow's form marks a field required when its JSON schema refuses null, and refuses
+    to trigger until it is filled: the optional fields must allow null."""
+    from airflow.sdk.definitions.param import ParamsDict
+    params = ParamsDict(repair_params(CFG, "shop"))
+    values = params.validate()   # what Airflow runs before it creates the run
+    assert values["keys"] is None and values["where"] is None
+    for name in ("keys", "where"):
+        assert "null" in params.get_param(name).schema["type"]
+    assert spec_from_params(values).tables == ["shop.orders"]           # the defaults: one table
+    assert spec_from_params(values | {"scope": "all"}).tables == []     # one field changed: all tables
+    keys = spec_from_params(values | {"scope": "keys", "keys": "7"})
+    assert keys.keys == [["7"]]
+
+
 def test_the_form_ignores_its_table_dropdown_for_all_tables():
     assert spec_from_params({"scope": "all", "table": "shop.orders", "keys": "", "where": ""}).tables == []
 

@@ -179,6 +179,7 @@ class TailConfig:
     flush_events: int = 20_000
     flush_seconds: float = 1.0
     lease_seconds: float = 30.0
+    progress_seconds: float = 30.0   # how often a running tail logs its progress (0: never)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ The tail never waits for any of this (invariant 3).
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -87,6 +88,18 @@ def fail_window(state: RedisState, window: Window, error: BaseException | str, s
     state.close_window(window, "failed", {"error": message[:2000], "step": step})
     state.set_request_status(window.request, "failed", message[:2000])
     return True
+
+
+MISSING_SHOWN = 20   # missing keys listed in a log line (all of them, up to 10,000, in progress)
+
+
+def missing_note(missing: list) -> str:
+    """``; N requested key(s) not in the source: [..], ...`` for a log line ('' for none)."""
+    if not missing:
+        return ""
+    shown = ", ".join(json.dumps([encode_scalar(v) for v in k]) for k in missing[:MISSING_SHOWN])
+    more = f" and {len(missing) - MISSING_SHOWN} more" if len(missing) > MISSING_SHOWN else ""
+    return f"; {len(missing)} requested key(s) not in the source: {shown}{more}"
 
 
 class DumpRunner:
@@ -313,9 +326,10 @@ class DumpRunner:
         sweep = orphan_sweep(task.request, task.table, progress) if task.last else None
         self.state.complete_chunk(task.request, task.table, progress, window, detail, sweep)
         self.store.remove_chunk(task.request, task.table, window.id)
-        log.info("%s chunk %d: %d rows selected, %d kept, %d dropped as stale, %d window events",
-                 task.table, progress["chunks"], result.selected, result.kept, result.dropped,
-                 in_window.num_rows)
+        log.info("%s chunk %d: %d rows selected, %d kept, %d dropped as stale, %d window events; "
+                 "HW durable after %.2f s, chunk finished in %.2f s%s", task.table, progress["chunks"],
+                 result.selected, result.kept, result.dropped, in_window.num_rows, detail["hw_wait_s"],
+                 detail["finish_s"], missing_note(result.missing))
         self.on_chunk(task.table, dict(progress))
         request_done = task.last and self.request_done(task.request)
         if request_done:

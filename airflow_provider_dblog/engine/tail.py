@@ -44,6 +44,25 @@ class TailStats:
     per_table: dict = field(default_factory=lambda: defaultdict(int))
 
 
+class _Progress:
+    """A line in the log every ``every_s`` seconds while the tail runs (Airflow shows a task's
+    log live): events, their rate since the last line, the lag, the checkpoint."""
+
+    def __init__(self, source: str, every_s: float, started: float):
+        self.source, self.every_s = source, every_s
+        self.last_at, self.last_events = started, 0
+
+    def maybe_report(self, stats: TailStats, checkpoint: Position) -> None:
+        now = time.monotonic()
+        if self.every_s <= 0 or now - self.last_at < self.every_s:
+            return
+        rate = (stats.events - self.last_events) / (now - self.last_at)
+        log.info("tail %s: %d events, %d watermarks so far; %.0f events/s over the last %.0f s; "
+                 "lag %.1f s; checkpoint %s", self.source, stats.events, stats.watermarks, rate,
+                 now - self.last_at, stats.lag_s, checkpoint.encode())
+        self.last_at, self.last_events = now, stats.events
+
+
 class Tail:
     def __init__(self, source: Source, state: RedisState, store: EventStore, config: TailConfig,
                  owner: str | None = None):
@@ -103,6 +122,7 @@ class Tail:
         committed: tuple[Position, dict] | None = None  # last TxnEnd not yet flushed
         last_flush = last_renew = last_full_gc = time.monotonic()
         last_ts = 0
+        progress = _Progress(self.state.source, self.config.progress_seconds, started)
 
         def out_of_budget() -> bool:
             return (should_stop() or (max_seconds is not None and time.monotonic() - started >= max_seconds)
@@ -165,6 +185,7 @@ class Tail:
             if now - last_flush >= self.config.flush_seconds:
                 flush()
                 last_flush = now
+            progress.maybe_report(stats, batch_start)   # idle or busy: the source yields every heartbeat
             if now - last_renew >= self.config.lease_seconds / 3:
                 self.state.renew_lease(token, self.config.lease_seconds)
                 last_renew = now

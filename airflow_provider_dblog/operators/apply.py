@@ -7,16 +7,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.observability.stats import Stats
 
-from ..assets import table_asset
+from ..assets import apply_alias, table_asset
 from ..engine.errors import ConfigError, UnknownTableError
 from ..exceptions import DBLogInvalidRequest
 from ..hooks.dblog import CONFIG_ENV, DBLogHook
 from .spark import DBLogSparkSubmitOperator
 
 if TYPE_CHECKING:
-    from airflow.sdk import Asset, Context
+    from airflow.sdk import Context
 
 
 def _templated(value: Any) -> bool:
@@ -32,9 +33,9 @@ def _table_list(tables: str | Sequence[str] | None) -> list[str]:
 
 
 def target_tables_at_parse(config_path: str | None, target: str | None = None,
-                           tables: str | Sequence[str] | None = None) -> tuple[str, list[str]] | None:
-    """``(source, tables)`` a target applies, read from the YAML alone (DAG-parse time: no
-    connection lookups, no environment expansion). None when it cannot be known yet."""
+                           tables: str | Sequence[str] | None = None) -> tuple[str, str, list[str]] | None:
+    """``(target, source, tables)`` a target applies, read from the YAML alone (DAG-parse time:
+    no connection lookups, no environment expansion). None when it cannot be known yet."""
     path = config_path or os.environ.get(CONFIG_ENV)
     if not path or _templated(path) or _templated(target) or _templated(tables) or not os.path.exists(path):
         return None
@@ -50,7 +51,7 @@ def target_tables_at_parse(config_path: str | None, target: str | None = None,
     if not source or not configured:
         return None
     wanted = _table_list(tables)
-    return str(source), [t for t in wanted if t in configured] if wanted else configured
+    return str(target), str(source), [t for t in wanted if t in configured] if wanted else configured
 
 
 class DBLogApplyOperator(DBLogSparkSubmitOperator):
@@ -70,13 +71,18 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
     same either way; the result's ``via`` says which ran. The Spark connection
     is checked on every run, so a large batch can always fall back to Spark.
 
-    Its ``outlets`` are the per-table Assets ``dblog://<source>/<db>/<table>``
-    (:func:`~airflow_provider_dblog.assets.table_asset`) of every table it applies,
-    read from the config when the DAG is parsed (so ``config_path`` and ``target`` must be
-    plain strings there, or ``$DBLOG_CONFIG`` set; outlets you pass are kept instead).
-    After success each table's asset event carries ``extra`` = ``{"target", "status",
-    "events", "inserted", "updated", "deleted", "position"}``, ``position`` being the
-    encoded position the table is applied up to.
+    Its outlet is the AssetAlias ``dblog.apply.<target>``
+    (:func:`~airflow_provider_dblog.assets.apply_alias`; the target is read from the config
+    when the DAG is parsed, so ``config_path`` and ``target`` must be plain strings there, or
+    ``$DBLOG_CONFIG`` set). After success it adds an event to the per-table Asset
+    ``dblog://<source>/<db>/<table>`` (:func:`~airflow_provider_dblog.assets.table_asset`)
+    of each table whose target rows the run changed, and to no other: a consumer DAG
+    scheduled on a table's Asset runs only when there is new data. The event's ``extra``
+    is ``{"target", "status", "events", "inserted", "updated", "deleted",
+    "orphans_deleted", "position"}``, ``position`` being the encoded position the table is
+    applied up to. Outlets you pass are kept instead (Airflow then emits an event for each
+    of your Assets after every successful run, with the same ``extra`` where it names a
+    table).
 
     Returns the job's result (XCom): ``tables`` (per table: ``status``, ``from``, ``to``,
     ``events``, ``inserted``, ``updated``, ``deleted``, ...) and totals. Metrics:
@@ -102,7 +108,7 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
                  tables: str | list[str] | None = None, outlets: Any = None, **kwargs: Any) -> None:
         if outlets is None:
             found = target_tables_at_parse(config_path, target, tables)
-            outlets = [table_asset(found[0], t) for t in found[1]] if found else []
+            outlets = [apply_alias(found[0])] if found else []
         super().__init__(job="apply_job", config_path=config_path, outlets=outlets, **kwargs)
         self.target = target
         self.tables = tables
@@ -136,7 +142,8 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
     def handle_result(self, result: dict, hook: DBLogHook, context: Context) -> dict:
         tcfg, scfg, _ = self._target(hook)
         outlet_events = context.get("outlet_events")
-        outlets = {(a.uri if hasattr(a, "uri") else None): a for a in (self.outlets or [])}
+        alias = next((o for o in self.outlets or [] if isinstance(o, AssetAlias)), None)
+        given = {o.uri: o for o in self.outlets or [] if isinstance(o, Asset)}
         for table, r in (result.get("tables") or {}).items():
             rows = sum(int(r.get(k) or 0) for k in ("inserted", "updated", "deleted", "orphans_deleted"))
             tags = {"source": scfg.name, "target": tcfg.name, "table": table}
@@ -152,11 +159,14 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
                 self.log.error("%s -> %s: apply held at %s: %s. Fix the value at the source (any "
                                "later change of the row releases it) or re-dump the row.",
                                table, tcfg.name, r["held"]["at"], r["held"]["error"])
-            asset: Asset | None = outlets.get(table_asset(scfg.name, table).uri)
-            if asset is not None and outlet_events is not None:
-                outlet_events[asset].extra = {
-                    "target": tcfg.name, "status": r.get("status"), "events": r.get("events"),
-                    "inserted": r.get("inserted"), "updated": r.get("updated"),
-                    "deleted": r.get("deleted"), "orphans_deleted": r.get("orphans_deleted", 0),
-                    "position": r.get("to")}
+            if outlet_events is None:
+                continue
+            extra = {"target": tcfg.name, "status": r.get("status"), "events": r.get("events"),
+                     "inserted": r.get("inserted"), "updated": r.get("updated"), "deleted": r.get("deleted"),
+                     "orphans_deleted": r.get("orphans_deleted", 0), "position": r.get("to")}
+            asset = table_asset(scfg.name, table)
+            if alias is not None and rows:   # only a table whose target rows changed
+                outlet_events[alias].add(asset, extra=extra)
+            if asset.uri in given:   # an Asset the user made an outlet: Airflow emits it anyway
+                outlet_events[given[asset.uri]].extra = extra
         return result

@@ -180,8 +180,9 @@ class DBLogDumpOperator(DBLogSparkSubmitOperator):
     ``dblog.dump.request_chunks`` and ``dblog.dump.request_rows`` (the request's totals)
     (gauges), tagged with the source.
 
-    * status ``paused`` (its pause flag, or ``max_chunks`` reached): logged, success; the
-      next run continues from the last completed chunk (clear the pause flag first:
+    * status ``paused`` (its pause flag, or ``max_chunks`` reached): the task is skipped (a
+      paused dump is not a finished one), its summary still in XCom; the next run continues
+      from the last completed chunk (clear the pause flag first:
       ``DBLogDumpControlOperator(action="resume")`` or ``DBLogCreateDumpOperator(resume_request=...)``);
     * ``cancelled`` (before or during the run): the task is skipped, not failed;
     * ``done``: success;
@@ -277,14 +278,22 @@ class DBLogDumpOperator(DBLogSparkSubmitOperator):
         Stats.gauge("dblog.dump.seconds", round(time.monotonic() - self._started, 3), tags=tags)
         Stats.gauge("dblog.dump.request_chunks", progress["chunks"], tags=tags)
         Stats.gauge("dblog.dump.request_rows", progress["rows"], tags=tags)
+        from ..engine.dump import missing_note  # pyarrow: not at DAG parse time
+        missing = [k for p in (result.get("tables") or {}).values() for k in p.get("missing") or []]
         self.log.info("dump %s %s: this run %d chunks, %d rows, %d dropped as stale; request total "
-                      "%d chunks/windows, %d rows, %d dropped as stale, %d missing keys",
+                      "%d chunks/windows, %d rows, %d dropped as stale, %d missing keys%s",
                       rid, status, run["chunks"], run["rows"], run["dropped"], progress["chunks"],
-                      progress["rows"], progress["dropped"], progress["missing"])
+                      progress["rows"], progress["dropped"], progress["missing"], missing_note(missing))
         if status == "cancelled":
             raise AirflowSkipException(f"dump request {rid} is cancelled")
         if status == "paused":
-            self.log.info("dump %s is paused after its last completed chunk; a later run resumes it", rid)
+            # not done: the run must not look like a finished dump (Success), nor like a failure;
+            # its summary stays in XCom for whoever resumes it
+            context["ti"].xcom_push(key="return_value", value=result)
+            raise AirflowSkipException(
+                f"dump request {rid} is paused after {progress['chunks']} chunk(s), {progress['rows']} rows: "
+                "resume it (the control DAG's 'resume', then run the dump again with this request id); "
+                "it continues from its last completed chunk")
         return result
 
 

@@ -43,7 +43,7 @@ def test_every_dag_file_imports_without_errors(airflow_db):
 
 
 def test_factory_builds_the_dags_the_config_describes(tmp_path):
-    from airflow_provider_dblog.assets import table_asset
+    from airflow_provider_dblog.assets import apply_alias
     from dblog_factory import build_dags
     cfg = {
         "sources": {"a": {"kind": "mysql", "host": "h", "port": 1, "user": "u", "tables": ["d.t1", "d.t2"]},
@@ -64,8 +64,13 @@ def test_factory_builds_the_dags_the_config_describes(tmp_path):
     repair = dags["dblog_repair__a"]
     assert repair.params.get_param("table").schema["enum"] == ["d.t1", "d.t2"]
     assert [t.task_id for t in repair.topological_sort()] == ["create_request", "dump", "apply__wh"]
+    for dag in dags.values():   # the DAG list shows what each is for
+        assert dag.description, dag.dag_id
+    dump = dags["dblog_dump__a__d__t1"]
+    assert dump.params.validate()["request_id"] is None   # the form submits with its defaults: a new dump
+    assert all(dump.params.get_param(k).schema.get("title") for k in dump.params)
     apply = dags["dblog_apply__wh"].get_task("apply")
-    assert set(apply.outlets) == {table_asset("a", "d.t1"), table_asset("a", "d.t2")}
+    assert apply.outlets == [apply_alias("wh")]   # events for the changed tables only
     with pytest.raises(ValueError, match="unknown airflow option"):
         cfg["airflow"]["tail_seconds"] = 1
         path.write_text(yaml.safe_dump(cfg))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from airflow_provider_dblog.assets import table_asset
+from airflow_provider_dblog.assets import apply_alias, table_asset
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.exceptions import DBLogInvalidRequest
@@ -42,6 +42,11 @@ OPERATORS = {
     DBLogLagSensor: dict(position="00000001-0000000000000004-00000000"),
 }
 
+
+
+def alias_events(context, target: str = "tgt") -> dict:
+    """{asset uri: extra} of the asset events an apply added through its AssetAlias outlet."""
+    return {e.dest_asset_key.uri: e.extra for e in context["outlet_events"][apply_alias(target)].asset_alias_events}
 
 def binlog_since(head: dict, *names: str) -> list[str]:
     """Binlog events after ``head`` that name one of ``names`` (other tests share the server)."""
@@ -408,9 +413,9 @@ def test_apply_result_through_the_spark_provider(dblog_setup, context, fake_spar
     # the job's result, plus what engine.apply.choose_via counted (local_max_events 0: nothing)
     assert op.execute(context) | {"choose_s": 0} == result | {
         "pending_events": -1, "local_max_events": 0, "choose_s": 0}
-    extra = context["outlet_events"][table_asset("src", table)].extra
-    assert extra == {"target": "tgt", "status": "applied", "events": 7, "inserted": 3, "updated": 2,
-                     "deleted": 1, "orphans_deleted": 0, "position": "0000000c-0000000000000010-00000000"}
+    assert alias_events(context) == {table_asset("src", table).uri: {
+        "target": "tgt", "status": "applied", "events": 7, "inserted": 3, "updated": 2,
+        "deleted": 1, "orphans_deleted": 0, "position": "0000000c-0000000000000010-00000000"}}
 
 
 def test_dump_cancelled_during_the_run_is_skipped(dblog_setup, context, fake_spark_submit):
@@ -451,7 +456,10 @@ def test_dump_result_becomes_progress_and_metrics(dblog_setup, context, monkeypa
     state.save_progress(rid, table, {"chunks": 3, "rows": 25, "dropped": 2, "done": True})
     state.set_request_status(rid, "paused")
     result = {"request": rid, "status": "paused", "tables": {table: state.progress(rid, table)}}
-    assert op.handle_result(result, hook, context) == result
+    # a paused dump is not a finished one: skipped, not Success; its summary is still in XCom
+    with pytest.raises(AirflowSkipException, match=f"dump request {rid} is paused after 3 chunk"):
+        op.handle_result(result, hook, context)
+    assert context["ti"].xcom["return_value"] == result
     progress = context["ti"].xcom["progress"]
     assert progress["status"] == "paused"
     assert (progress["chunks"], progress["rows"], progress["dropped"], progress["windows"]) == (3, 25, 2, 3)
@@ -486,22 +494,24 @@ def test_small_apply_runs_in_process_with_the_same_result_and_assets(dblog_setup
     assert result["changed"] == [table] and result["target"] == "tgt"
     schema = s.source().table_schema(table)
     assert s.target().count(schema) == 29
-    extra = context["outlet_events"][table_asset("src", table)].extra
-    assert extra == {"target": "tgt", "status": "applied", "events": 32, "inserted": 29, "updated": 0,
-                     "deleted": 0, "orphans_deleted": 0, "position": r["to"]}
-    # and again: nothing to apply, still no Spark
-    again = DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(context)
+    assert alias_events(context) == {table_asset("src", table).uri: {
+        "target": "tgt", "status": "applied", "events": 32, "inserted": 29, "updated": 0,
+        "deleted": 0, "orphans_deleted": 0, "position": r["to"]}}
+    # and again: nothing to apply, still no Spark, and no asset event (no consumer wakes up)
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+    quiet = context | {"outlet_events": OutletEventAccessors()}
+    again = DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(quiet)
     assert again["via"] == "local" and again["tables"][table]["status"] == "up_to_date"
+    assert alias_events(quiet) == {}
 
 
 # -- apply outlets ------------------------------------------------------------------
-def test_apply_outlets_are_the_per_table_assets(dblog_setup):
+def test_apply_outlet_is_the_targets_alias(dblog_setup):
     s = dblog_setup({**ITEMS, "other": "id INT PRIMARY KEY"})
     op = DBLogApplyOperator(task_id="apply", config_path=str(s.path))
-    assert op.outlets == [table_asset("src", t) for t in s.tables]
-    assert op.outlets[0].uri == f"dblog://src/{s.db}/items"
+    assert op.outlets == [apply_alias("tgt")] and op.outlets[0].name == "dblog.apply.tgt"
     sub = DBLogApplyOperator(task_id="apply", config_path=str(s.path), target="tgt", tables=[f"{s.db}.other"])
-    assert sub.outlets == [table_asset("src", f"{s.db}.other")]
+    assert sub.outlets == [apply_alias("tgt")]
     mine = [table_asset("src", "x.y")]
     assert DBLogApplyOperator(task_id="apply", config_path=str(s.path), outlets=mine).outlets == mine
     # not known at parse time: no outlets rather than a guess
@@ -671,7 +681,7 @@ def test_dump_and_apply_through_spark_submit_in_dag_test(dblog_setup, airflow_db
     dag_file.write_text(E2E_DAG.format(dag_id=dag_id, path=str(s.path), table=table))
     module = runpy.run_path(str(dag_file))
     dag, apply = module["dag"], module["apply"]
-    assert apply.outlets == [table_asset("src", table)]
+    assert apply.outlets == [apply_alias("tgt")]
     try:
         dr = dag.test()
     finally:
