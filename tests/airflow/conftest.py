@@ -132,3 +132,129 @@ def context():
     """A minimal task context for ``operator.execute(context)``."""
     from airflow.sdk.execution_time.context import OutletEventAccessors
     return {"ti": FakeTI(), "outlet_events": OutletEventAccessors()}
+
+
+# -- a running Airflow (tests/airflow/running.py) with dblog's DAGs for one test set-up ----------
+RUNNING_TABLES = {"items": "id BIGINT PRIMARY KEY, name VARCHAR(40), price DECIMAL(10,2) NOT NULL",
+                  "chunked": "id INT PRIMARY KEY, v INT NOT NULL"}
+TAIL_RUN_SECONDS = 20  # each run of the continuous tail DAG; a paused tail stops within this
+
+DBLOG_DAGS = '''# an airflow DAG file (safe mode parses files naming both): the factory's DAGs for the test config
+import sys
+sys.path.insert(0, {dags!r})
+from dblog_factory import build_dags
+globals().update(build_dags({config!r}))
+'''
+
+CHUNK_DAG = '''# an airflow DAG: one chunk of a key-list dump, the HW sensor deferring to the triggerer
+import datetime as dt
+from airflow.sdk import DAG
+from airflow_provider_dblog.operators.chunk import DBLogChunkDumpOperator
+from airflow_provider_dblog.operators.dump import DBLogCreateDumpOperator
+from airflow_provider_dblog.operators.reconcile import DBLogReconcileOperator
+from airflow_provider_dblog.sensors.watermark import DBLogHighWatermarkSensor
+
+with DAG("dblog_test_chunk", schedule=None, start_date=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
+         catchup=False):
+    create = DBLogCreateDumpOperator(task_id="create_request", config_path={config!r}, scope="keys",
+                                     table={table!r}, keys="1\\n2\\n3")
+    chunk = DBLogChunkDumpOperator(task_id="chunk", config_path={config!r}, request_id=create.output)
+    hw = DBLogHighWatermarkSensor(task_id="wait_hw", config_path={config!r}, window=chunk.output,
+                                  poll_interval=0.5, deferrable=True)
+    reconcile = DBLogReconcileOperator(task_id="reconcile", config_path={config!r}, chunk=chunk.output)
+    create >> chunk >> hw >> reconcile
+'''
+
+CONSUMER_DAG = '''# an airflow DAG scheduled on dblog's Asset of one table (as dags/example_downstream.py)
+import datetime as dt
+from airflow.sdk import DAG, task
+from airflow_provider_dblog.assets import table_asset
+
+with DAG("dblog_test_consumer", schedule=[table_asset("src", {table!r})],
+         start_date=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc), catchup=False):
+    @task
+    def consume():
+        pass
+    consume()
+'''
+
+
+class Deployment:
+    """A running Airflow (``api``: its REST client) serving dblog's DAGs for ``setup``."""
+
+    def __init__(self, airflow, setup: DBLogSetup):
+        self.airflow, self.api, self.setup = airflow, airflow.api, setup
+        self.items, self.chunked = setup.tables
+        self.tail_run_seconds = TAIL_RUN_SECONDS
+
+    def drain(self, timeout: float = 120) -> None:
+        """Wait until the tail's checkpoint is at the source's log head (as of now)."""
+        from helpers import wait_until
+        source = self.setup.source()
+        try:
+            head, _ = source.current_resume()
+        finally:
+            source.close()
+        state = self.setup.state()
+        wait_until(lambda: state.checkpoint() and state.checkpoint().pos >= head, timeout,
+                   f"the tail DAG read the log up to {head}", poll=0.2)
+
+    def compare(self, table: str):
+        from airflow_provider_dblog.engine.targets import target_table_name
+        from airflow_provider_dblog.engine.verify import compare_source_target
+        cfg = self.setup.config
+        source = self.setup.source()
+        try:
+            schema = source.table_schema(table)
+        finally:
+            source.close()
+        return compare_source_target(cfg.source(), cfg.target(), schema, target_table_name(schema))
+
+
+@pytest.fixture(scope="session")
+def running_airflow(servers, tmp_path_factory):
+    """One Airflow for the session (api-server, scheduler, dag-processor, triggerer) whose dags
+    folder holds the factory's DAGs for a MariaDB set-up with ``RUNNING_TABLES`` (tail
+    runs of ``TAIL_RUN_SECONDS``, apply only when triggered), a chunk DAG with the deferrable
+    HW sensor and a DAG scheduled on the ``items`` Asset. Every DAG starts paused."""
+    import redis
+    import yaml
+
+    from helpers import REDIS_PORT, unique
+    from running import RunningAirflow
+    from sourcedb import MariaDB
+
+    root = tmp_path_factory.mktemp("running-airflow")
+    prefix = unique("dblogtest")
+    sdb = MariaDB()
+    setup = DBLogSetup(sdb, RUNNING_TABLES, root, prefix)
+    airflow = None
+    try:
+        raw = yaml.safe_load(setup.path.read_text())
+        raw["airflow"] = {"tail_run_seconds": TAIL_RUN_SECONDS, "apply_schedule": None}
+        raw["dump"]["window_timeout_s"] = 300  # the deferral test holds the tail back a while
+        setup.path.write_text(yaml.safe_dump(raw))
+        setup.execute("INSERT INTO chunked SELECT seq, 0 FROM seq_1_to_50")
+        dags = root / "dags"
+        dags.mkdir()
+        config, (items, chunked) = str(setup.path), setup.tables
+        (dags / "dblog_dags.py").write_text(DBLOG_DAGS.format(dags=str(Path(__file__).parents[2] / "dags"),
+                                                              config=config))
+        (dags / "dblog_chunk.py").write_text(CHUNK_DAG.format(config=config, table=chunked))
+        (dags / "dblog_consumer.py").write_text(CONSUMER_DAG.format(table=items))
+        home = root / "home"
+        home.mkdir()
+        airflow = RunningAirflow(home, dags)
+        airflow.start()
+        yield Deployment(airflow, setup)
+    finally:
+        if airflow is not None:
+            airflow.stop()  # before the databases go: the tail task reads the source to the end
+        try:
+            setup.close()
+        finally:
+            sdb.close()
+            r = redis.Redis(host="127.0.0.1", port=REDIS_PORT)
+            keys = list(r.scan_iter(match=f"{prefix}:*"))
+            if keys:
+                r.delete(*keys)
