@@ -215,10 +215,10 @@ class Deployment:
 def running_airflow(servers, tmp_path_factory):
     """One Airflow per test module that asks for it (module scope: it is stopped before the rest
     of the suite runs, whose timings it would disturb): api-server, scheduler, dag-processor,
-    triggerer, whose dags
-    folder holds the factory's DAGs for a MariaDB set-up with ``RUNNING_TABLES`` (tail
-    runs of ``TAIL_RUN_SECONDS``, apply only when triggered), a chunk DAG with the deferrable
-    HW sensor and a DAG scheduled on the ``items`` Asset. Every DAG starts paused."""
+    triggerer. Its dags folder holds the factory's DAGs for a MariaDB set-up with
+    ``RUNNING_TABLES`` (tail runs of ``TAIL_RUN_SECONDS``, apply only when triggered), a chunk
+    DAG with the deferrable HW sensor and a DAG scheduled on the ``items`` Asset. Every DAG
+    starts paused."""
     import redis
     import yaml
 
