@@ -141,7 +141,7 @@ def test_an_apply_that_changed_a_table_adds_an_event_to_its_asset_and_one_that_c
     # the DAG scheduled on the table's Asset runs for that event
     def consumer_run():
         event = api.asset_events(source_dag_id=APPLY, source_run_id=changed)[0]
-        return next((r["dag_run_id"] for r in event["created_dagruns"] if r["dag_id"] == CONSUMER), None)
+        return next((r["run_id"] for r in event["created_dagruns"] if r["dag_id"] == CONSUMER), None)
     consumer_run_id = wait_until(consumer_run, 120, "a run of the Asset's consumer DAG", poll=0.5)
     assert api.wait_run(CONSUMER, consumer_run_id) == "success"
 
