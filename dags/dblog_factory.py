@@ -1,32 +1,45 @@
 """Builds dblog's DAGs from the one YAML config.
 
 For each source:  ``dblog_tail__<source>`` (continuous, bounded runs),
-                  ``dblog_dump__<source>__<db>__<table>`` (one per table),
+                  ``dblog_dump__<source>__<db>__<table>`` (one per table: a task group per
+                  chunk by default, or one Spark application for the whole dump),
                   ``dblog_repair__<source>`` (the UI form: all, one table, keys, WHERE),
                   ``dblog_dump_control__<source>`` (pause, resume, cancel a request).
 For each target:  ``dblog_apply__<target>`` (updates one Asset per table).
 
 Optional ``airflow:`` section of the config:
     airflow: {tail_run_seconds: 60, apply_schedule: "*/2 * * * *", spark_conn_id: spark_default,
-              chunks_per_run: null}
+              dump_dag: chunks, chunks_per_run: null}
+
+``dump_dag``: ``chunks`` (default) shows each chunk as a task group (select between the
+watermarks, a deferrable HW sensor, reconcile), ``chunks_per_run`` groups per run (default
+10), and the run triggers the next one until the request is done; ``application`` runs the
+whole dump in one Spark application (fastest on big tables: no Spark start per chunk;
+``chunks_per_run`` then bounds the chunks of one run, default all).
 """
 from __future__ import annotations
 
 import datetime as dt
 
 import yaml
-from airflow.sdk import DAG, Param
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.sdk import DAG, Param, TaskGroup, task
 
 from airflow_provider_dblog.engine.config import load_config
 from airflow_provider_dblog.operators.apply import DBLogApplyOperator
+from airflow_provider_dblog.operators.chunk import DBLogChunkDumpOperator
 from airflow_provider_dblog.operators.dump import (DBLogCreateDumpOperator, DBLogDumpControlOperator,
                                                    DBLogDumpOperator)
+from airflow_provider_dblog.operators.reconcile import DBLogReconcileOperator
 from airflow_provider_dblog.operators.tail import DBLogTailOperator
 from airflow_provider_dblog.params import repair_params
+from airflow_provider_dblog.sensors.watermark import DBLogHighWatermarkSensor
 
 START = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
 DEFAULTS = {"tail_run_seconds": 60, "apply_schedule": "*/2 * * * *", "spark_conn_id": "spark_default",
-            "chunks_per_run": None}
+            "chunks_per_run": None, "dump_dag": "chunks"}
+DUMP_DAGS = ("chunks", "application")
+CHUNK_GROUPS = 10  # chunk task groups per run of a chunked dump DAG, unless chunks_per_run says
 REQUEST = "{{ ti.xcom_pull(task_ids='create_request') }}"
 
 
@@ -36,7 +49,13 @@ def _options(path: str) -> dict:
     unknown = set(raw.get("airflow") or {}) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"{path}: unknown airflow option(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
-    return DEFAULTS | (raw.get("airflow") or {})
+    opts = DEFAULTS | (raw.get("airflow") or {})
+    if opts["dump_dag"] not in DUMP_DAGS:
+        raise ValueError(f"{path}: airflow.dump_dag must be one of {DUMP_DAGS}, not {opts['dump_dag']!r}")
+    runs = opts["chunks_per_run"]
+    if runs is not None and (not isinstance(runs, int) or isinstance(runs, bool) or runs < 1):
+        raise ValueError(f"{path}: airflow.chunks_per_run must be a whole number >= 1 or null, not {runs!r}")
+    return opts
 
 
 def _tag(name: str) -> str:
@@ -78,10 +97,12 @@ def build_dags(config_path: str) -> dict[str, DAG]:
                     task_id="create_request", config_path=config_path, source=source.name, scope="table",
                     table=table, chunk_size="{{ params.chunk_size }}", parallelism="{{ params.parallelism }}",
                     resume_request="{{ params.request_id }}")
-                dump = DBLogDumpOperator(task_id="dump", config_path=config_path, source=source.name,
-                                         request_id=REQUEST, max_chunks=opts["chunks_per_run"],
-                                         conn_id=opts["spark_conn_id"])
-                create >> dump
+                if opts["dump_dag"] == "chunks":
+                    _chunk_groups(create, d.dag_id, config_path, source.name, opts)
+                else:
+                    create >> DBLogDumpOperator(task_id="dump", config_path=config_path, source=source.name,
+                                                request_id=REQUEST, max_chunks=opts["chunks_per_run"],
+                                                conn_id=opts["spark_conn_id"])
             dags[d.dag_id] = d
 
         with DAG(f"dblog_repair__{source.name}", schedule=None, start_date=START, catchup=False,
@@ -130,6 +151,43 @@ def build_dags(config_path: str) -> dict[str, DAG]:
                                conn_id=opts["spark_conn_id"])
         dags[d.dag_id] = d
     return dags
+
+
+def _chunk_groups(create, dag_id: str, config_path: str, source: str, opts: dict) -> None:
+    """Algorithm 1 for one table, a task group per chunk, in order: ``select`` (open the
+    window, LW, chunk select, HW), ``wait_hw`` (deferred to the triggerer until the tail has
+    the HW), ``reconcile`` (drop keys changed in the window, snapshot at the HW). A chunk
+    task finding no chunk left is skipped, and so is the rest. ``next_run`` triggers this DAG
+    again with the request id while chunks remain (one run at a time: it queues)."""
+    previous = create
+    for i in range(1, (opts["chunks_per_run"] or CHUNK_GROUPS) + 1):
+        with TaskGroup(f"chunk_{i:02d}", tooltip=f"chunk {i} of this run: select, wait for the HW, reconcile") as group:
+            select = DBLogChunkDumpOperator(task_id="select", config_path=config_path, source=source,
+                                            request_id=REQUEST, spark_conn_id=opts["spark_conn_id"])
+            hw = DBLogHighWatermarkSensor(task_id="wait_hw", config_path=config_path, source=source,
+                                          window=select.output, deferrable=True)
+            reconcile = DBLogReconcileOperator(task_id="reconcile", config_path=config_path, source=source,
+                                               chunk=select.output)
+            select >> hw >> reconcile
+        previous >> group
+        previous = group
+
+    @task.short_circuit(task_id="chunks_left", trigger_rule="none_failed")
+    def chunks_left(request_id: str) -> bool:
+        """True while the request has chunks to do and is neither paused nor cancelled."""
+        from airflow_provider_dblog.hooks.dblog import DBLogHook
+        runner = DBLogHook(config_path=config_path).runner(source)
+        try:
+            status = runner.state.request(request_id)["status"]
+            if status in ("done", "paused", "cancelled") or runner.state.flag(request_id, "pause"):
+                return False
+            return not runner.request_done(request_id)
+        finally:
+            runner.source.close()
+
+    previous >> chunks_left(REQUEST) >> TriggerDagRunOperator(
+        task_id="next_run", trigger_dag_id=dag_id, conf={"request_id": REQUEST},
+        note="continues the dump request of conf.request_id")  # (note is not a template field)
 
 
 def _load(config_path: str):

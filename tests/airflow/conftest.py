@@ -233,7 +233,8 @@ def running_airflow(servers, tmp_path_factory):
     airflow = None
     try:
         raw = yaml.safe_load(setup.path.read_text())
-        raw["airflow"] = {"tail_run_seconds": TAIL_RUN_SECONDS, "apply_schedule": None}
+        # chunked dump DAGs (the default) with two chunk groups per run, to show a run continue
+        raw["airflow"] = {"tail_run_seconds": TAIL_RUN_SECONDS, "apply_schedule": None, "chunks_per_run": 2}
         raw["dump"]["window_timeout_s"] = 300  # the deferral test holds the tail back a while
         setup.path.write_text(yaml.safe_dump(raw))
         setup.execute("INSERT INTO chunked SELECT seq, 0 FROM seq_1_to_50")

@@ -69,12 +69,50 @@ def test_factory_builds_the_dags_the_config_describes(tmp_path):
     dump = dags["dblog_dump__a__d__t1"]
     assert dump.params.validate()["request_id"] is None   # the form submits with its defaults: a new dump
     assert all(dump.params.get_param(k).schema.get("title") for k in dump.params)
+    # the default dump DAG: a task group per chunk (select, deferrable HW sensor, reconcile), in order
+    order = [t.task_id for t in dump.topological_sort()]
+    groups = [f"chunk_{i:02d}.{step}" for i in range(1, 11) for step in ("select", "wait_hw", "reconcile")]
+    assert order == ["create_request", *groups, "chunks_left", "next_run"], order
+    assert dump.get_task("chunk_01.wait_hw").deferrable
+    assert dump.get_task("chunk_02.select").upstream_task_ids == {"chunk_01.reconcile"}
+    assert dump.get_task("chunks_left").trigger_rule == "none_failed"  # runs when the last groups skipped
+    assert dump.get_task("next_run").trigger_dag_id == dump.dag_id
     apply = dags["dblog_apply__wh"].get_task("apply")
     assert apply.outlets == [apply_alias("wh")]   # events for the changed tables only
     with pytest.raises(ValueError, match="unknown airflow option"):
         cfg["airflow"]["tail_seconds"] = 1
         path.write_text(yaml.safe_dump(cfg))
         build_dags(str(path))
+    del cfg["airflow"]["tail_seconds"]
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"dump_dag": "mapped"}, "dump_dag must be one of"),
+    ({"chunks_per_run": 0}, "chunks_per_run must be a whole number"),
+    ({"chunks_per_run": "3"}, "chunks_per_run must be a whole number"),
+])
+def test_factory_refuses_bad_airflow_options(tmp_path, options, words):
+    from dblog_factory import build_dags
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(factory_config(tmp_path) | {"airflow": options}))
+    with pytest.raises(ValueError, match=words):
+        build_dags(str(path))
+
+
+def test_the_application_dump_dag_runs_the_whole_dump_in_one_task(tmp_path):
+    from dblog_factory import build_dags
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(factory_config(tmp_path) | {"airflow": {"dump_dag": "application",
+                                                                           "chunks_per_run": 5}}))
+    dump = build_dags(str(path))["dblog_dump__a__d__t1"]
+    assert [t.task_id for t in dump.topological_sort()] == ["create_request", "dump"]
+    assert dump.get_task("dump").max_chunks == 5
+
+
+def factory_config(tmp_path) -> dict:
+    return {"sources": {"a": {"kind": "mysql", "host": "h", "port": 1, "user": "u", "tables": ["d.t1"]}},
+            "targets": {"wh": {"kind": "postgres", "source": "a", "host": "h", "port": 2, "user": "u"}},
+            "state": {"redis_url": "redis://r"}, "storage": {"root": str(tmp_path)}}
 
 
 # -- end to end through Airflow ----------------------------------------------------
