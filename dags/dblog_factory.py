@@ -129,8 +129,11 @@ def build_dags(config_path: str) -> dict[str, DAG]:
                  tags=tags, render_template_as_native_obj=True,
                  description=f"Pause, resume or cancel a dump request of {source.name}",
                  params={"request_id": Param(type="string", minLength=1, title="Request id",
-                                             description="The id the dump's create_request task returned "
-                                                         "(its XCom), as `dblog status` lists it."),
+                                             description="Pick one of the newest requests that are not "
+                                                         "finished (as of the DAG's last parse), or type an "
+                                                         "id: the create_request task's XCom, or `dblog "
+                                                         "status`.",
+                                             **_request_choices(cfg, source.name)),
                          "action": Param("pause", enum=["pause", "resume", "cancel"], title="Action",
                                          description="pause: stop at the next chunk boundary; resume: "
                                                      "clear the pause (then run the dump again); cancel: "
@@ -188,6 +191,26 @@ def _chunk_groups(create, dag_id: str, config_path: str, source: str, opts: dict
     previous >> chunks_left(REQUEST) >> TriggerDagRunOperator(
         task_id="next_run", trigger_dag_id=dag_id, conf={"request_id": REQUEST},
         note="continues the dump request of conf.request_id")  # (note is not a template field)
+
+
+def _request_choices(cfg, source: str) -> dict:
+    """The control form's proposals: the source's open dump requests, read from Redis when
+    the DAG is parsed (a quick read with a short timeout; none when Redis is unreachable,
+    and the field still takes a typed id)."""
+    import redis
+
+    from airflow_provider_dblog.engine.requests import controllable_requests
+    from airflow_provider_dblog.engine.state import RedisState
+    try:
+        client = redis.Redis.from_url(cfg.redis_url, decode_responses=True, socket_timeout=1,
+                                      socket_connect_timeout=1)
+        try:
+            choices = controllable_requests(RedisState(cfg.redis_url, cfg.state_prefix, source, client=client))
+        finally:
+            client.close()
+    except (redis.RedisError, OSError, ValueError):
+        return {}
+    return {"examples": list(choices), "values_display": choices} if choices else {}
 
 
 def _load(config_path: str):

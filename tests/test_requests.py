@@ -6,7 +6,7 @@ import pytest
 
 from airflow_provider_dblog.engine.errors import ConfigError, DumpCancelledError
 from airflow_provider_dblog.engine.requests import (UnknownRequestError, control_request,
-                                                    runnable_request)
+                                                    controllable_requests, runnable_request)
 from airflow_provider_dblog.engine.state import RedisState
 from helpers import REDIS_PORT
 
@@ -64,3 +64,12 @@ def test_unknown_requests_and_actions(state):
     rid = new_request(state)
     with pytest.raises(ConfigError, match="action must be one of"):
         control_request(state, rid, "stop")
+
+
+def test_the_requests_that_pause_resume_or_cancel_still_apply_to(state):
+    running, paused, done, cancelled = (new_request(state, s) for s in ("running", "paused", "done", "cancelled"))
+    flagged = new_request(state, "running")
+    control_request(state, flagged, "cancel")  # cancel flag set; the run has not stopped yet
+    choices = controllable_requests(state)
+    assert list(choices) == [paused, running], choices  # newest first
+    assert choices[paused] == f"{paused} — paused, table of db.t"

@@ -205,3 +205,16 @@ def control_request(state: RedisState, rid: str, action: str) -> dict:
         state.set_flag(rid, action, True)
     return {"request": rid, "action": action, "status": status,
             "pause": state.flag(rid, "pause"), "cancel": state.flag(rid, "cancel")}
+
+
+def controllable_requests(state: RedisState, limit: int = 20) -> dict[str, str]:
+    """The newest requests that pause, resume or cancel still apply to (not done, not
+    cancelled): id → a label (status, scope, tables), newest first; for the control form."""
+    out: dict[str, str] = {}
+    for rid in state.requests(limit):
+        req = state.request(rid)
+        if req is None or req["status"] in FINISHED or state.flag(rid, "cancel"):
+            continue
+        spec = req["spec"]
+        out[rid] = f"{rid} — {req['status']}, {spec['scope']} of {', '.join(spec['tables'])}"
+    return out

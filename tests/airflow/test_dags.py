@@ -109,6 +109,28 @@ def test_the_application_dump_dag_runs_the_whole_dump_in_one_task(tmp_path):
     assert dump.get_task("dump").max_chunks == 5
 
 
+def test_the_control_form_proposes_the_open_requests_and_takes_a_typed_id(tmp_path, redis_prefix):
+    from airflow_provider_dblog.engine.state import RedisState
+    from dblog_factory import build_dags
+    from helpers import REDIS_PORT
+    url = f"redis://127.0.0.1:{REDIS_PORT}/0"
+    state = RedisState(url, redis_prefix, "a")
+    running, done = (state.create_request({"scope": "table", "tables": ["d.t1"], "keys": []}) for _ in range(2))
+    state.set_request_status(running, "running")
+    state.set_request_status(done, "done")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(factory_config(tmp_path) | {"state": {"redis_url": url, "prefix": redis_prefix}}))
+    param = build_dags(str(path))["dblog_dump_control__a"].params.get_param("request_id")
+    assert param.schema["examples"] == [running], param.schema   # read when the DAG is parsed
+    assert param.schema["values_display"] == {running: f"{running} — running, table of d.t1"}
+    assert "enum" not in param.schema and param.resolve("typed-id") == "typed-id"
+
+    # Redis unreachable at parse time: no proposals, the DAG still builds
+    path.write_text(yaml.safe_dump(factory_config(tmp_path) | {"state": {"redis_url": "redis://127.0.0.1:1/0"}}))
+    param = build_dags(str(path))["dblog_dump_control__a"].params.get_param("request_id")
+    assert "examples" not in param.schema
+
+
 def factory_config(tmp_path) -> dict:
     return {"sources": {"a": {"kind": "mysql", "host": "h", "port": 1, "user": "u", "tables": ["d.t1"]}},
             "targets": {"wh": {"kind": "postgres", "source": "a", "host": "h", "port": 2, "user": "u"}},
