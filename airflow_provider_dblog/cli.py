@@ -15,6 +15,8 @@ from .engine.sources import open_source
 from .engine.tail import Tail
 from .engine.wiring import Wiring
 
+EXIT_SKIPPED = 3  # `dblog tail` did nothing: another tail holds the lease (2: an error)
+
 log = logging.getLogger("dblog")
 
 
@@ -71,9 +73,16 @@ def cmd_tail(cfg: Config, args) -> int:
         stopping["now"] = True
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    stats = tail.run(max_seconds=args.seconds, max_events=args.events, should_stop=lambda: stopping["now"])
+    stats = tail.run(max_seconds=args.seconds, max_events=args.events, should_stop=lambda: stopping["now"],
+                     wait_lease=args.wait_lease)
     out = {k: v for k, v in vars(stats).items() if k != "per_table"} | {"per_table": dict(stats.per_table)}
     print(json.dumps(out))
+    if stats.skipped and not args.skip_ok:
+        expires = ("its lease has just ended: run again" if stats.lease_expires_in_s is None
+                   else f"its lease expires in {stats.lease_expires_in_s:.1f}s unless it renews it")
+        print(f"dblog tail: another tail ({stats.lease_holder}) holds the lease; {expires}. "
+              "--wait-lease SECONDS waits for it; --skip-ok exits 0 when skipped.", file=sys.stderr)
+        return EXIT_SKIPPED
     return 0
 
 
@@ -201,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tail", help="tail the change log for a bounded time or number of events")
     t.add_argument("--seconds", type=float)
     t.add_argument("--events", type=int)
+    t.add_argument("--wait-lease", type=float, default=0.0, metavar="SECONDS",
+                   help="when another tail holds the lease, wait up to this long for it to end or expire")
+    t.add_argument("--skip-ok", action="store_true",
+                   help=f"exit 0 when another tail holds the lease (default: exit {EXIT_SKIPPED})")
     t.set_defaults(func=cmd_tail)
     d = sub.add_parser("dump", help="dump all tables, one table, or a list of keys (runs on Spark)")
     g = d.add_mutually_exclusive_group()

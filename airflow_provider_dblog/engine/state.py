@@ -106,6 +106,11 @@ class RedisState:
         """The token (``owner|n``) of the tail holding the lease, if any."""
         return self.r.get(self.k("lease"))
 
+    def lease_expires_in(self) -> float | None:
+        """Seconds until the held lease expires unless its tail renews it; None: not held."""
+        ms = self.r.pttl(self.k("lease"))
+        return ms / 1000 if ms is not None and ms >= 0 else None
+
     def captured_at(self, pos: Position) -> float | None:
         """The latest time the tail's checkpoint was at or below ``pos``: every change the
         tail had captured by then lies below ``pos``. From the samples each commit records

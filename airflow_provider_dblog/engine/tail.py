@@ -40,8 +40,17 @@ class TailStats:
     end: str = ""
     seconds: float = 0.0
     lag_s: float = 0.0  # now minus the source timestamp of the last event flushed
-    skipped: bool = False  # another tail held the lease
+    skipped: bool = False  # another tail held the lease (past wait_lease)
+    lease_holder: str = ""  # when skipped: the holder's token, and when its lease expires
+    lease_expires_in_s: float | None = None
     per_table: dict = field(default_factory=lambda: defaultdict(int))
+
+
+def _expiry(seconds: float | None) -> str:
+    if seconds is None:
+        return "It has just ended."
+    return (f"Its lease expires in {seconds:.1f}s unless that tail renews it (a live tail renews it "
+            "every lease_seconds/3; a dead one does not).")
 
 
 class _Progress:
@@ -74,13 +83,18 @@ class Tail:
         pa.array([0])
 
     def run(self, max_seconds: float | None = None, max_events: int | None = None,
-            should_stop: Callable[[], bool] | None = None) -> TailStats:
-        """Tail until the deadline, the event budget or should_stop(); flush, checkpoint, return."""
+            should_stop: Callable[[], bool] | None = None, wait_lease: float = 0.0) -> TailStats:
+        """Tail until the deadline, the event budget or should_stop(); flush, checkpoint, return.
+        Another tail holding the lease: wait up to ``wait_lease`` seconds for it to end or
+        expire, then give up (``stats.skipped``, with the holder and its expiry)."""
         stats = TailStats()
-        token = self.state.acquire_lease(self.owner, self.config.lease_seconds)
+        token = self._acquire(wait_lease, should_stop or (lambda: False))
         if token is None:
-            log.warning("another tail holds the lease for %s; doing nothing", self.state.source)
             stats.skipped = True
+            stats.lease_holder = self.state.lease_holder() or ""
+            stats.lease_expires_in_s = self.state.lease_expires_in()
+            log.warning("another tail (%s) holds the lease for %s; doing nothing. %s", stats.lease_holder,
+                        self.state.source, _expiry(stats.lease_expires_in_s))
             return stats
         started = time.monotonic()
         try:
@@ -113,6 +127,22 @@ class Tail:
         stats.seconds = time.monotonic() - started
         stats.end = self.state.checkpoint().pos.encode()
         return stats
+
+    def _acquire(self, wait_s: float, should_stop: Callable[[], bool]) -> str | None:
+        """The lease's fencing token, trying until ``wait_s`` has passed; None if not got."""
+        deadline = time.monotonic() + wait_s
+        said = False
+        while True:
+            token = self.state.acquire_lease(self.owner, self.config.lease_seconds)
+            left = deadline - time.monotonic()
+            if token is not None or left <= 0 or should_stop():
+                return token
+            expires = self.state.lease_expires_in()
+            if not said:
+                log.warning("another tail (%s) holds the lease for %s; waiting up to %.0fs for it. %s",
+                            self.state.lease_holder(), self.state.source, wait_s, _expiry(expires))
+                said = True
+            time.sleep(max(0.05, min(1.0, left, expires if expires is not None else 1.0)))
 
     def _loop(self, token, batch_start: Position, resume: dict, started: float,
               max_seconds, max_events, should_stop: Callable[[], bool], stats: TailStats) -> None:

@@ -112,8 +112,10 @@ class DBLogTailOperator(DBLogHookMixin, BaseOperator):
         finally:
             source.close()
         if stats.skipped:
-            holder = state.lease_holder() or "another tail"
-            raise AirflowSkipException(f"the tail lease of source {name} is held by {holder.split('|')[0]}: "
+            holder = (stats.lease_holder or "another tail").split("|")[0]
+            expires = ("" if stats.lease_expires_in_s is None
+                       else f" (its lease expires in {stats.lease_expires_in_s:.0f}s unless renewed)")
+            raise AirflowSkipException(f"the tail lease of source {name} is held by {holder}{expires}: "
                                        "another tail is running; nothing done")
         rate = round(stats.events / stats.seconds, 1) if stats.seconds > 0 else 0.0
         out = {"source": name, "events": stats.events, "flushes": stats.flushes,
