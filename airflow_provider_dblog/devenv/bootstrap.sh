@@ -2,7 +2,9 @@
 # Local set-up for airflow-provider-dblog on Debian 12 (idempotent; quick when done).
 #
 #   1. Debian packages (only when missing): mariadb-server, redis-server,
-#      postgresql-15, libmariadb-java, libpostgresql-jdbc-java, a Java runtime.
+#      postgresql-15, libmariadb-java, libpostgresql-jdbc-java, a Java runtime,
+#      chromium (the browser tests drive it with Playwright, which cannot
+#      download its own browser here).
 #   2. <repo>/.venv with `pip install -e '.[test]'` (skipped while the stamp
 #      .venv/.installed-<hash of setup.cfg + pyproject.toml> exists).
 #   3. Checks that pyspark and pyspark-client agree on their version.
@@ -34,7 +36,7 @@ fi
 pkg_installed() { dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed'; }
 
 missing=()
-for p in mariadb-server redis-server postgresql-15 libmariadb-java libpostgresql-jdbc-java; do
+for p in mariadb-server redis-server postgresql-15 libmariadb-java libpostgresql-jdbc-java chromium; do
     pkg_installed "$p" || missing+=("$p")
 done
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
@@ -83,7 +85,7 @@ fi
 
 for f in /usr/sbin/mariadbd /usr/bin/mariadb-install-db /usr/bin/redis-server \
          /usr/lib/postgresql/15/bin/initdb /usr/lib/postgresql/15/bin/pg_ctl \
-         /usr/share/java/mariadb-java-client.jar /usr/share/java/postgresql.jar; do
+         /usr/share/java/mariadb-java-client.jar /usr/share/java/postgresql.jar /usr/bin/chromium; do
     [ -e "$f" ] || die "$f is missing after the package install"
 done
 java_major="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"

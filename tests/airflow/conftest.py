@@ -261,3 +261,14 @@ def running_airflow(servers, tmp_path_factory):
             keys = list(r.scan_iter(match=f"{prefix}:*"))
             if keys:
                 r.delete(*keys)
+
+
+@pytest.fixture
+def deployment(running_airflow):
+    """The running Airflow with its tail DAG unpaused and past its first checkpoint."""
+    from helpers import wait_until
+    d = running_airflow
+    d.api.set_paused("dblog_tail__src", False)
+    state = d.setup.state()
+    wait_until(state.checkpoint, 180, "the tail DAG's first checkpoint", poll=0.5)
+    return d

@@ -24,16 +24,6 @@ CHUNK_GROUP = ("select", "wait_hw", "reconcile")
 RUN_TIMEOUT = 600  # a repair runs Spark (local[2]) on a loaded 2-core machine
 
 
-@pytest.fixture
-def deployment(running_airflow):
-    """The running Airflow with its tail DAG unpaused and past its first checkpoint."""
-    d = running_airflow
-    d.api.set_paused(TAIL, False)
-    state = d.setup.state()
-    wait_until(state.checkpoint, 180, "the tail DAG's first checkpoint", poll=0.5)
-    return d
-
-
 def apply_now(d) -> str:
     """Let the tail read everything written so far, then run the apply DAG: its run id."""
     d.drain()

@@ -1,0 +1,180 @@
+"""The README's "Repair or backfill from the UI" steps in a real browser (issue 14): headless
+Chromium (tests/airflow/browser.py) on a running Airflow's UI (the ``running_airflow`` fixture),
+a user who logs in, opens a DAG's Trigger form, fills it with the mouse and keyboard and
+presses Trigger. The runs it creates are checked through the REST API and the target database.
+
+Screenshots of each step: ``.artifacts/browser/`` (or ``$DBLOG_TEST_ARTIFACTS``); a failed test
+also leaves its page's screenshot and HTML there.
+"""
+from __future__ import annotations
+
+import pytest
+
+from browser import TIMEOUT_MS, UI, VIEWPORT, launch
+from helpers import wait_until
+from running import USER
+
+REPAIR = "dblog_repair__src"
+APPLY = "dblog_apply__tgt"
+CONTROL = "dblog_dump_control__src"
+RUN_TIMEOUT = 600  # a repair runs Spark (local[2]) on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("Playwright is missing: run `make bootstrap` (it installs the test extras)", pytrace=False)
+    with sync_playwright() as p:
+        browser = launch(p)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def ui(chromium, running_airflow, request):
+    """A fresh browser session (no cookies) on the running Airflow, logged in as user ``dblog``."""
+    from playwright.sync_api import expect
+    expect.set_options(timeout=TIMEOUT_MS)
+    airflow = running_airflow.airflow
+    context = chromium.new_context(viewport=VIEWPORT)
+    ui = UI(context.new_page(), airflow.url, request.node.name)
+    failed_before = request.session.testsfailed
+    try:
+        ui.login(USER, airflow.password)
+    except Exception:
+        ui.save_failure()
+        raise
+    yield ui
+    # the call's report is logged before teardown: a failure has been counted by now
+    if request.session.testsfailed > failed_before:
+        ui.save_failure()
+    context.close()
+
+
+def new_ui_run(api, dag_id: str, before: set[str]) -> dict:
+    """The run the form just created (the only new one), as the REST API shows it."""
+    def created():
+        runs = [r for r in api.runs(dag_id) if r["dag_run_id"] not in before]
+        assert len(runs) <= 1, runs
+        return runs[0] if runs else None
+    return wait_until(created, 60, f"a new run of {dag_id}", poll=0.5)
+
+
+def run_ids(api, dag_id: str) -> set[str]:
+    api.wait_parsed(dag_id)
+    return {r["dag_run_id"] for r in api.runs(dag_id)}
+
+
+def see_run_state(ui: UI, dag_id: str, run_id: str, state: str) -> None:
+    """The run's page shows the state (its badge), after the REST API reported it."""
+    from playwright.sync_api import expect
+    ui.page.goto(f"{ui.url}/dags/{dag_id}/runs/{run_id}")
+    ui.page.get_by_role("cell", name="create_request").wait_for()
+    expect(ui.page.get_by_text(state, exact=True).first).to_be_visible()
+
+
+def test_a_user_logs_in_on_the_login_page_and_sees_dblogs_dags(ui):
+    from playwright.sync_api import expect
+    ui.page.goto(ui.url + "/dags")
+    for dag_id in (REPAIR, CONTROL, APPLY, "dblog_tail__src"):
+        expect(ui.page.get_by_role("link", name=dag_id, exact=True)).to_be_visible()
+    ui.shot("dags")
+
+
+def test_a_keys_repair_from_the_form_fixes_the_target(deployment, ui):
+    from airflow_provider_dblog.engine.targets import target_table_name
+    d, api = deployment, deployment.api
+    d.setup.execute("INSERT INTO items SELECT seq, CONCAT('item', seq), seq / 4.0 FROM seq_201_to_260")
+    d.drain()
+    _, state, _ = api.run_dag(APPLY)
+    assert state == "success"
+    assert d.compare(d.items).equal
+
+    source = d.setup.source()
+    try:
+        table = f'"public"."{target_table_name(source.table_schema(d.items))}"'
+    finally:
+        source.close()
+    target = d.setup.target()
+    try:
+        with target.conn.cursor() as cur:
+            cur.execute(f"UPDATE {table} SET name = 'corrupt' WHERE id = 207")
+            cur.execute(f"DELETE FROM {table} WHERE id = 208")
+        target.conn.commit()
+    finally:
+        target.conn.close()
+    assert not d.compare(d.items).equal
+
+    # the README's steps: DAGs -> dblog_repair__src -> Trigger; scope, table, keys; Trigger
+    before = run_ids(api, REPAIR)
+    form = ui.open_trigger_form(REPAIR)
+    ui.choose(form, "What to dump", "A list of primary keys")
+    ui.choose(form, "Table", d.items)
+    ui.field(form, "keys").fill("207\n208")
+    ui.shot("filled-form")
+    ui.trigger_button(form).click()
+
+    run = new_ui_run(api, REPAIR, before)
+    assert run["triggered_by"] == "ui" and run["triggering_user_name"] == USER, run
+    sizes = {"chunk_size": d.setup.config.dump.chunk_size, "parallelism": d.setup.config.dump.parallelism}
+    assert run["conf"] == {"scope": "keys", "table": d.items, "keys": "207\n208", "where": None} | sizes, run["conf"]
+    assert api.wait_run(REPAIR, run["dag_run_id"], RUN_TIMEOUT) == "success"
+    assert api.task_states(REPAIR, run["dag_run_id"]) == dict.fromkeys(
+        ("create_request", "dump", "apply__tgt"), "success")
+    diff = d.compare(d.items)
+    assert diff.equal, diff.describe()
+    see_run_state(ui, REPAIR, run["dag_run_id"], "Success")
+    ui.shot("run-succeeded")
+
+
+def test_the_form_triggers_with_its_defaults_a_dump_of_the_first_table(deployment, ui):
+    d, api = deployment, deployment.api
+    before = run_ids(api, REPAIR)
+    form = ui.open_trigger_form(REPAIR)
+    ui.shot("default-form")
+    ui.trigger_button(form).click()  # no edits
+
+    run = new_ui_run(api, REPAIR, before)
+    sizes = {"chunk_size": d.setup.config.dump.chunk_size, "parallelism": d.setup.config.dump.parallelism}
+    assert run["conf"] == {"scope": "table", "table": d.items, "keys": None, "where": None} | sizes, run["conf"]
+    assert api.wait_run(REPAIR, run["dag_run_id"], RUN_TIMEOUT) == "success"
+    diff = d.compare(d.items)
+    assert diff.equal, diff.describe()
+    see_run_state(ui, REPAIR, run["dag_run_id"], "Success")
+    ui.shot("run-succeeded")
+
+
+def test_keys_that_are_not_integers_fail_the_run_at_create_request(running_airflow, ui):
+    api = running_airflow.api
+    before = run_ids(api, REPAIR)
+    form = ui.open_trigger_form(REPAIR)
+    ui.choose(form, "What to dump", "A list of primary keys")
+    ui.field(form, "keys").fill("abc")
+    ui.trigger_button(form).click()
+
+    run_id = new_ui_run(api, REPAIR, before)["dag_run_id"]
+    assert api.wait_run(REPAIR, run_id) == "failed"
+    assert api.task_states(REPAIR, run_id) == {"create_request": "failed", "dump": "upstream_failed",
+                                               "apply__tgt": "upstream_failed"}
+    assert "not an integer" in api.task_log(REPAIR, run_id, "create_request")
+    see_run_state(ui, REPAIR, run_id, "Failed")
+    ui.shot("run-failed")
+
+
+def test_the_control_form_cannot_be_submitted_without_a_request_id(running_airflow, ui):
+    """The request id is a required string with no default: the UI disables Trigger until it is
+    typed (the REST API refuses such a run with 400, test_running_airflow.py)."""
+    from playwright.sync_api import expect
+    api = running_airflow.api
+    before = run_ids(api, CONTROL)
+    form = ui.open_trigger_form(CONTROL)
+    expect(form.get_by_text("This field is required")).to_be_visible()
+    expect(ui.trigger_button(form)).to_be_disabled()
+    ui.shot("refused-form")
+
+    ui.field(form, "request_id").fill("some-request")
+    expect(ui.trigger_button(form)).to_be_enabled()
+    expect(form.get_by_text("This field is required")).to_be_hidden()
+    assert run_ids(api, CONTROL) == before
