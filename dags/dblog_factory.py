@@ -7,8 +7,15 @@ For each source:  ``dblog_tail__<source>`` (continuous, bounded runs),
 For each target:  ``dblog_apply__<target>`` (updates one Asset per table).
 
 Optional ``airflow:`` section of the config:
-    airflow: {tail_run_seconds: 60, apply_schedule: "*/2 * * * *", spark_conn_id: spark_default,
+    airflow: {tail_run_seconds: 60, apply_schedule: event, spark_conn_id: spark_default,
               chunks_per_run: null}
+
+``apply_schedule``: ``event`` (default) schedules the apply DAG on the Asset
+``dblog-ready://<target>``, whose AssetWatcher (``ApplyReadyTrigger``, in the triggerer) adds
+an event as soon as the tail's checkpoint passes the target's: a commit is applied within
+seconds, and a change made while a run is active is applied by the one queued after it. A
+cron expression or preset (e.g. ``"*/2 * * * *"``) applies on that schedule instead; null
+only when triggered.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ import datetime as dt
 import yaml
 from airflow.sdk import DAG, Param
 
+from airflow_provider_dblog.assets import apply_ready_asset
 from airflow_provider_dblog.engine.config import load_config
 from airflow_provider_dblog.operators.apply import DBLogApplyOperator
 from airflow_provider_dblog.operators.dump import (DBLogCreateDumpOperator, DBLogDumpControlOperator,
@@ -25,8 +33,9 @@ from airflow_provider_dblog.operators.tail import DBLogTailOperator
 from airflow_provider_dblog.params import repair_params
 
 START = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
-DEFAULTS = {"tail_run_seconds": 60, "apply_schedule": "*/2 * * * *", "spark_conn_id": "spark_default",
+DEFAULTS = {"tail_run_seconds": 60, "apply_schedule": "event", "spark_conn_id": "spark_default",
             "chunks_per_run": None}
+EVENT = "event"
 REQUEST = "{{ ti.xcom_pull(task_ids='create_request') }}"
 
 
@@ -36,7 +45,27 @@ def _options(path: str) -> dict:
     unknown = set(raw.get("airflow") or {}) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"{path}: unknown airflow option(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
-    return DEFAULTS | (raw.get("airflow") or {})
+    opts = DEFAULTS | (raw.get("airflow") or {})
+    _check_schedule(path, opts["apply_schedule"])
+    return opts
+
+
+def _check_schedule(path: str, schedule) -> None:
+    """``apply_schedule`` must be ``event``, null, a cron expression or an Airflow preset."""
+    from croniter import croniter
+    presets = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+    if schedule is None or schedule == EVENT or (isinstance(schedule, str) and (
+            schedule in presets or croniter.is_valid(schedule))):
+        return
+    raise ValueError(f"{path}: airflow.apply_schedule must be {EVENT!r} (apply as soon as there is "
+                     f"something to apply), a cron expression such as '*/2 * * * *', an Airflow preset "
+                     f"({', '.join(presets)}) or null (only when triggered), not {schedule!r}")
+
+
+def _apply_schedule(opts: dict, target: str, config_path: str):
+    if opts["apply_schedule"] == EVENT:
+        return [apply_ready_asset(target, config_path)]
+    return opts["apply_schedule"]
 
 
 def _tag(name: str) -> str:
@@ -121,11 +150,15 @@ def build_dags(config_path: str) -> dict[str, DAG]:
         dags[d.dag_id] = d
 
     for target in cfg.targets.values():
-        with DAG(f"dblog_apply__{target.name}", schedule=opts["apply_schedule"], start_date=START,
+        with DAG(f"dblog_apply__{target.name}", schedule=_apply_schedule(opts, target.name, config_path),
+                 start_date=START,
                  catchup=False, max_active_runs=1, tags=["dblog", f"target:{target.name}"],
                  description=f"Applies the log of {target.source} to {target.name}",
                  doc_md=f"Applies the event log of **{target.source}** to **{target.name}** up to the "
-                        "frontier, then updates one Asset per table (`dblog://<source>/<db>/<table>`).") as d:
+                        "frontier, then updates one Asset per table (`dblog://<source>/<db>/<table>`). "
+                        + (f"Runs whenever `dblog-ready://{target.name}`'s watcher sees new work."
+                           if opts["apply_schedule"] == EVENT else
+                           f"Schedule: `{opts['apply_schedule']}`.")) as d:
             DBLogApplyOperator(task_id="apply", config_path=config_path, target=target.name,
                                conn_id=opts["spark_conn_id"])
         dags[d.dag_id] = d
