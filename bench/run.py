@@ -82,6 +82,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("airflow_provider_dblog.engine.jobs").setLevel(logging.WARNING)  # Spark chatter
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the dags phase's REST polling
     log = logging.getLogger("bench")
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     repo = Path(__file__).resolve().parents[1]
