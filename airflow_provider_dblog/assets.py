@@ -19,3 +19,18 @@ def apply_alias(target: str) -> AssetAlias:
     """The outlet of a target's apply task: it resolves to the table Assets whose rows that
     run changed (``DBLogApplyOperator`` adds one event per changed table)."""
     return AssetAlias(name=f"dblog.apply.{target}", group="dblog")
+
+
+def apply_ready_asset(target: str, config_path: str, poll_interval: float = 1.0,
+                      refire_seconds: float = 60.0) -> Asset:
+    """The Asset an event-driven apply DAG is scheduled on (``apply_schedule: event``): its
+    AssetWatcher's :class:`~airflow_provider_dblog.triggers.apply_ready.ApplyReadyTrigger`
+    adds an event whenever ``target`` has something new to apply."""
+    from airflow.sdk import AssetWatcher
+
+    from .triggers.apply_ready import ApplyReadyTrigger
+
+    trigger = ApplyReadyTrigger(config_path=config_path, target=target, poll_interval=poll_interval,
+                                refire_seconds=refire_seconds)
+    return Asset(uri=f"dblog-ready://{target}", name=f"dblog.ready.{target}", group="dblog",
+                 watchers=[AssetWatcher(name=f"dblog_apply_ready__{target}", trigger=trigger)])

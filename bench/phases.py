@@ -338,4 +338,4 @@ def fresh(a, src, workdir: Path) -> dict:
                    + (f", one run every {a.apply_interval:g} s" if a.apply_interval else ", back to back"),
             # a write waits for the next run (on average half the interval), then that run
             "note": "freshness ~ tail flush + wait for the next apply run + the run itself; the "
-                    "provider's apply DAG runs on apply_schedule (default */2 min): + that interval"}
+                    "shipped DAGs in a running Airflow (event-driven or on a cron apply_schedule): phase dags"}

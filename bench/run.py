@@ -9,11 +9,11 @@ import time
 import uuid
 from pathlib import Path
 
-from . import phases, report
+from . import dags, phases, report
 from .sources import open_bench_source
 
-PHASES = ("dump", "tail", "lag", "fresh")
-ALIASES = {"impact": "lag", "stall": "lag", "freshness": "fresh"}
+PHASES = ("dump", "tail", "lag", "fresh", "dags")
+ALIASES = {"impact": "lag", "stall": "lag", "freshness": "fresh", "airflow": "dags"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,6 +50,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="seconds from one apply run's start to the next's (0: back to back)")
     p.add_argument("--apply-via", choices=("auto", "local", "spark"), default="auto",
                    help="the engine's apply path for --fresh-via engine (auto: by batch size)")
+    p.add_argument("--dags-modes", default="event,cron",
+                   help="phase dags: apply schedules to measure through a running Airflow (event, cron)")
+    p.add_argument("--dags-minutes", type=float, default=3.0, help="phase dags: minutes of writes, event mode")
+    p.add_argument("--dags-cron-minutes", type=float, default=4.0, help="phase dags: minutes of writes, cron mode")
+    p.add_argument("--dags-cron", default="*/2 * * * *", help="phase dags: the cron mode's apply_schedule")
+    p.add_argument("--dags-rate", type=float, default=2.0, help="phase dags: single-row commits per second")
+    p.add_argument("--dags-tail-run-seconds", type=int, default=60,
+                   help="phase dags: tail_run_seconds of the tail DAG (the shipped default: 60)")
     p.add_argument("--profile-chunks", type=int, default=5)
     p.add_argument("--no-profile", dest="profile", action="store_false")
     p.add_argument("--keep", action="store_true", help="keep storage and logs under --out/work")
@@ -74,6 +82,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("airflow_provider_dblog.engine.jobs").setLevel(logging.WARNING)  # Spark chatter
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the dags phase's REST polling
     log = logging.getLogger("bench")
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     repo = Path(__file__).resolve().parents[1]
@@ -107,7 +116,7 @@ def main(argv=None) -> int:
             if name in a.phases:
                 t0 = time.monotonic()
                 log.info("phase %s", name)
-                res[name] = getattr(phases, name)(a, src, work)
+                res[name] = (dags.dags if name == "dags" else getattr(phases, name))(a, src, work)
                 res[name]["phase_seconds"] = round(time.monotonic() - t0, 1)
     finally:
         src.teardown()

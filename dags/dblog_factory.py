@@ -8,8 +8,15 @@ For each source:  ``dblog_tail__<source>`` (continuous, bounded runs),
 For each target:  ``dblog_apply__<target>`` (updates one Asset per table).
 
 Optional ``airflow:`` section of the config:
-    airflow: {tail_run_seconds: 60, apply_schedule: "*/2 * * * *", spark_conn_id: spark_default,
+    airflow: {tail_run_seconds: 60, apply_schedule: event, spark_conn_id: spark_default,
               dump_dag: chunks, chunks_per_run: null}
+
+``apply_schedule``: ``event`` (default) schedules the apply DAG on the Asset
+``dblog-ready://<target>``, whose AssetWatcher (``ApplyReadyTrigger``, in the triggerer) adds
+an event as soon as the tail's checkpoint passes the target's: a commit is applied within
+seconds, and a change made while a run is active is applied by the one queued after it. A
+cron expression or preset (e.g. ``"*/2 * * * *"``) applies on that schedule instead; null
+only when triggered.
 
 ``dump_dag``: ``chunks`` (default) shows each chunk as a task group (select between the
 watermarks, a deferrable HW sensor, reconcile), ``chunks_per_run`` groups per run (default
@@ -25,6 +32,7 @@ import yaml
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param, TaskGroup, task
 
+from airflow_provider_dblog.assets import apply_ready_asset
 from airflow_provider_dblog.engine.config import load_config
 from airflow_provider_dblog.operators.apply import DBLogApplyOperator
 from airflow_provider_dblog.operators.chunk import DBLogChunkDumpOperator
@@ -36,8 +44,9 @@ from airflow_provider_dblog.params import repair_params
 from airflow_provider_dblog.sensors.watermark import DBLogHighWatermarkSensor
 
 START = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
-DEFAULTS = {"tail_run_seconds": 60, "apply_schedule": "*/2 * * * *", "spark_conn_id": "spark_default",
+DEFAULTS = {"tail_run_seconds": 60, "apply_schedule": "event", "spark_conn_id": "spark_default",
             "chunks_per_run": None, "dump_dag": "chunks"}
+EVENT = "event"
 DUMP_DAGS = ("chunks", "application")
 CHUNK_GROUPS = 10  # chunk task groups per run of a chunked dump DAG, unless chunks_per_run says
 REQUEST = "{{ ti.xcom_pull(task_ids='create_request') }}"
@@ -55,7 +64,26 @@ def _options(path: str) -> dict:
     runs = opts["chunks_per_run"]
     if runs is not None and (not isinstance(runs, int) or isinstance(runs, bool) or runs < 1):
         raise ValueError(f"{path}: airflow.chunks_per_run must be a whole number >= 1 or null, not {runs!r}")
+    _check_schedule(path, opts["apply_schedule"])
     return opts
+
+
+def _check_schedule(path: str, schedule) -> None:
+    """``apply_schedule`` must be ``event``, null, a cron expression or an Airflow preset."""
+    from croniter import croniter
+    presets = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+    if schedule is None or schedule == EVENT or (isinstance(schedule, str) and (
+            schedule in presets or croniter.is_valid(schedule))):
+        return
+    raise ValueError(f"{path}: airflow.apply_schedule must be {EVENT!r} (apply as soon as there is "
+                     f"something to apply), a cron expression such as '*/2 * * * *', an Airflow preset "
+                     f"({', '.join(presets)}) or null (only when triggered), not {schedule!r}")
+
+
+def _apply_schedule(opts: dict, target: str, config_path: str):
+    if opts["apply_schedule"] == EVENT:
+        return [apply_ready_asset(target, config_path)]
+    return opts["apply_schedule"]
 
 
 def _tag(name: str) -> str:
@@ -145,11 +173,15 @@ def build_dags(config_path: str) -> dict[str, DAG]:
         dags[d.dag_id] = d
 
     for target in cfg.targets.values():
-        with DAG(f"dblog_apply__{target.name}", schedule=opts["apply_schedule"], start_date=START,
+        with DAG(f"dblog_apply__{target.name}", schedule=_apply_schedule(opts, target.name, config_path),
+                 start_date=START,
                  catchup=False, max_active_runs=1, tags=["dblog", f"target:{target.name}"],
                  description=f"Applies the log of {target.source} to {target.name}",
                  doc_md=f"Applies the event log of **{target.source}** to **{target.name}** up to the "
-                        "frontier, then updates one Asset per table (`dblog://<source>/<db>/<table>`).") as d:
+                        "frontier, then updates one Asset per table (`dblog://<source>/<db>/<table>`). "
+                        + (f"Runs whenever `dblog-ready://{target.name}`'s watcher sees new work."
+                           if opts["apply_schedule"] == EVENT else
+                           f"Schedule: `{opts['apply_schedule']}`.")) as d:
             DBLogApplyOperator(task_id="apply", config_path=config_path, target=target.name,
                                conn_id=opts["spark_conn_id"])
         dags[d.dag_id] = d

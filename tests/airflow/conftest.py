@@ -7,6 +7,7 @@ metadata database (``dag.test()``) ask for the ``airflow_db`` fixture, which run
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -134,7 +135,7 @@ def context():
     return {"ti": FakeTI(), "outlet_events": OutletEventAccessors()}
 
 
-# -- a running Airflow (tests/airflow/running.py) with dblog's DAGs for one test set-up ----------
+# -- a running Airflow (airflow_provider_dblog/devenv/running_airflow.py) with dblog's DAGs for one test set-up ----------
 RUNNING_TABLES = {"items": "id BIGINT PRIMARY KEY, name VARCHAR(40), price DECIMAL(10,2) NOT NULL",
                   "chunked": "id INT PRIMARY KEY, v INT NOT NULL"}
 TAIL_RUN_SECONDS = 20  # each run of the continuous tail DAG; a paused tail stops within this
@@ -211,22 +212,20 @@ class Deployment:
         return compare_source_target(cfg.source(), cfg.target(), schema, target_table_name(schema))
 
 
-@pytest.fixture(scope="module")
-def running_airflow(servers, tmp_path_factory):
-    """One Airflow per test module that asks for it (module scope: it is stopped before the rest
-    of the suite runs, whose timings it would disturb): api-server, scheduler, dag-processor,
-    triggerer. Its dags folder holds the factory's DAGs for a MariaDB set-up with
-    ``RUNNING_TABLES`` (tail runs of ``TAIL_RUN_SECONDS``, apply only when triggered), a chunk
-    DAG with the deferrable HW sensor and a DAG scheduled on the ``items`` Asset. Every DAG
-    starts paused."""
+@contextlib.contextmanager
+def deployed(tmp_path_factory, apply_schedule, name: str = "running-airflow", extra_dags: bool = True):
+    """A running Airflow serving dblog's DAGs for a fresh MariaDB set-up with ``RUNNING_TABLES``
+    (tail runs of ``TAIL_RUN_SECONDS``, the apply DAG on ``apply_schedule``), plus with
+    ``extra_dags`` a chunk DAG with the deferrable HW sensor and a DAG scheduled on the
+    ``items`` Asset. Every DAG starts paused. Everything is removed afterwards."""
     import redis
     import yaml
 
+    from airflow_provider_dblog.devenv.running_airflow import RunningAirflow
     from helpers import REDIS_PORT, unique
-    from running import RunningAirflow
     from sourcedb import MariaDB
 
-    root = tmp_path_factory.mktemp("running-airflow")
+    root = tmp_path_factory.mktemp(name)
     prefix = unique("dblogtest")
     sdb = MariaDB()
     setup = DBLogSetup(sdb, RUNNING_TABLES, root, prefix)
@@ -234,7 +233,8 @@ def running_airflow(servers, tmp_path_factory):
     try:
         raw = yaml.safe_load(setup.path.read_text())
         # chunked dump DAGs (the default) with two chunk groups per run, to show a run continue
-        raw["airflow"] = {"tail_run_seconds": TAIL_RUN_SECONDS, "apply_schedule": None, "chunks_per_run": 2}
+        raw["airflow"] = {"tail_run_seconds": TAIL_RUN_SECONDS, "apply_schedule": apply_schedule,
+                          "chunks_per_run": 2}
         raw["dump"]["window_timeout_s"] = 300  # the deferral test holds the tail back a while
         setup.path.write_text(yaml.safe_dump(raw))
         setup.execute("INSERT INTO chunked SELECT seq, 0 FROM seq_1_to_50")
@@ -243,8 +243,9 @@ def running_airflow(servers, tmp_path_factory):
         config, (items, chunked) = str(setup.path), setup.tables
         (dags / "dblog_dags.py").write_text(DBLOG_DAGS.format(dags=str(Path(__file__).parents[2] / "dags"),
                                                               config=config))
-        (dags / "dblog_chunk.py").write_text(CHUNK_DAG.format(config=config, table=chunked))
-        (dags / "dblog_consumer.py").write_text(CONSUMER_DAG.format(table=items))
+        if extra_dags:
+            (dags / "dblog_chunk.py").write_text(CHUNK_DAG.format(config=config, table=chunked))
+            (dags / "dblog_consumer.py").write_text(CONSUMER_DAG.format(table=items))
         home = root / "home"
         home.mkdir()
         airflow = RunningAirflow(home, dags)
@@ -261,6 +262,26 @@ def running_airflow(servers, tmp_path_factory):
             keys = list(r.scan_iter(match=f"{prefix}:*"))
             if keys:
                 r.delete(*keys)
+
+
+@pytest.fixture(scope="module")
+def running_airflow(servers, tmp_path_factory):
+    """One Airflow per test module that asks for it (module scope: it is stopped before the rest
+    of the suite runs, whose timings it would disturb): api-server, scheduler, dag-processor,
+    triggerer. Its dags folder holds the factory's DAGs for a MariaDB set-up with
+    ``RUNNING_TABLES`` (tail runs of ``TAIL_RUN_SECONDS``, apply only when triggered), a chunk
+    DAG with the deferrable HW sensor and a DAG scheduled on the ``items`` Asset. Every DAG
+    starts paused."""
+    with deployed(tmp_path_factory, apply_schedule=None) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def event_airflow(servers, tmp_path_factory):
+    """As ``running_airflow``, but with the shipped default ``apply_schedule: event`` (the apply
+    DAG scheduled on its AssetWatcher's Asset) and only dblog's own DAGs."""
+    with deployed(tmp_path_factory, apply_schedule="event", name="event-airflow", extra_dags=False) as d:
+        yield d
 
 
 @pytest.fixture

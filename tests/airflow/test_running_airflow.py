@@ -1,5 +1,5 @@
 """What users see of dblog in a RUNNING Airflow (issue 14): the api-server, scheduler,
-dag-processor and triggerer as separate processes (tests/airflow/running.py, the
+dag-processor and triggerer as separate processes (airflow_provider_dblog/devenv/running_airflow.py, the
 ``running_airflow`` fixture of tests/airflow/conftest.py), driven only through the REST API
 v2 as a user's script or the UI would: forms submitted with their defaults, runs and their
 states, task logs, XComs, Asset events, and a sensor deferred in the real triggerer.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import wait_until
-from running import wait_ti_state
+from airflow_provider_dblog.devenv.running_airflow import wait_ti_state
 
 TAIL = "dblog_tail__src"
 APPLY = "dblog_apply__tgt"

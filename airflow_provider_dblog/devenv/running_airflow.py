@@ -1,4 +1,4 @@
-"""A real, running Airflow for the tests: api-server, scheduler, dag-processor and triggerer as
+"""A real, running Airflow for the tests and the bench: api-server, scheduler, dag-processor and triggerer as
 separate processes, in a private AIRFLOW_HOME with SQLite metadata (Airflow 3 also needs an
 async driver for its metadata database: the venv has aiosqlite, not asyncpg).
 
@@ -19,14 +19,26 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 
-from helpers import wait_until
-
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 USER, ROLE = "dblog", "admin"
+
+
+def wait_until(predicate, timeout: float, what: str, poll: float = 0.05):
+    """Poll ``predicate`` until it returns something truthy (returned); AssertionError saying
+    ``what`` did not happen within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(poll)
 
 
 def free_port() -> int:

@@ -1,0 +1,126 @@
+"""The event-driven apply (``apply_schedule: event``) in a RUNNING Airflow: the apply DAG is
+scheduled on the Asset ``dblog-ready://tgt``, whose AssetWatcher (``ApplyReadyTrigger``, in
+the real triggerer) adds an event when the tail's checkpoint passes the target's. Nobody
+triggers a run here: commits in the source reach the target through the tail DAG, the
+watcher and the apply DAG alone, including a change made while an apply run is active.
+"""
+from __future__ import annotations
+
+import psycopg2
+
+from airflow_provider_dblog.devenv.running_airflow import wait_until
+from helpers import POSTGRES_PORT
+
+TAIL = "dblog_tail__src"
+APPLY = "dblog_apply__tgt"
+WAIT = 240  # a commit's way: tail run start-up, watcher, scheduler, task start, on a loaded 2-core box
+
+
+def target_conn(d):
+    conn = psycopg2.connect(host="127.0.0.1", port=POSTGRES_PORT, user="postgres", dbname=d.setup.target_db)
+    conn.autocommit = True
+    return conn
+
+
+def target_table(d) -> str:
+    from airflow_provider_dblog.engine.targets import target_table_name
+    source = d.setup.source()
+    try:
+        return f'"public"."{target_table_name(source.table_schema(d.items))}"'
+    finally:
+        source.close()
+
+
+def target_names(d, table: str) -> dict[int, str]:
+    """The target's ``items`` rows (id -> name); empty until the first apply created the table."""
+    try:
+        conn = target_conn(d)
+    except psycopg2.OperationalError as e:
+        if "does not exist" in str(e):   # the first apply creates the database too
+            return {}
+        raise
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s)", (table,))
+            if cur.fetchone()[0] is None:
+                return {}
+            cur.execute(f"SELECT id, name FROM {table}")
+            return dict(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def lock_waiters(d, table: str) -> int:
+    conn = target_conn(d)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = to_regclass(%s)", (table,))
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+def active_runs(api) -> list[dict]:
+    return [r for r in api.runs(APPLY) if r["state"] in ("queued", "running")]
+
+
+def watcher_events(api) -> list[dict]:
+    assets = api.get("/assets", uri_pattern="dblog-ready://tgt")["assets"]
+    assert len(assets) == 1, assets
+    return api.asset_events(asset_id=assets[0]["id"])
+
+
+def test_commits_reach_the_target_through_the_watcher_even_one_made_while_an_apply_runs(event_airflow):
+    d, api = event_airflow, event_airflow.api
+    api.set_paused(TAIL, False)
+    api.set_paused(APPLY, False)
+    state = d.setup.state()
+    wait_until(state.checkpoint, 180, "the tail DAG's first checkpoint", poll=0.5)
+    table = target_table(d)
+
+    d.setup.execute("INSERT INTO items VALUES (1, 'first', 1)")
+    wait_until(lambda: target_names(d, table).get(1) == "first", WAIT, "row 1 in the target, untriggered",
+               poll=0.5)
+    runs = api.runs(APPLY)
+    assert runs and {r["run_type"] for r in runs} == {"asset_triggered"}, runs
+    wait_until(lambda: not active_runs(api), 120, "the apply DAG idle", poll=0.5)
+
+    # hold the next apply run in its merge (after it read the frontier) with a table lock
+    lock = psycopg2.connect(host="127.0.0.1", port=POSTGRES_PORT, user="postgres", dbname=d.setup.target_db)
+    try:
+        with lock.cursor() as cur:
+            cur.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        d.setup.execute("INSERT INTO items VALUES (2, 'second', 2)")
+
+        def blocked_run():
+            waiting = lock_waiters(d, table)
+            running = [r for r in active_runs(api) if r["state"] == "running"]
+            return running[0]["dag_run_id"] if waiting and running else None
+        blocked = wait_until(blocked_run, WAIT, "an apply run for row 2 waiting on the lock", poll=0.5)
+        events_before = len(watcher_events(api))
+
+        # the change made while that run is active
+        d.setup.execute("INSERT INTO items VALUES (3, 'third', 3)")
+        d.drain()
+        wait_until(lambda: len(watcher_events(api)) > events_before, 60,
+                   "the watcher's event for row 3 while the apply run is active", poll=0.5)
+        assert api.run_state(APPLY, blocked) == "running"
+    finally:
+        lock.rollback()
+        lock.close()
+
+    wait_until(lambda: target_names(d, table).get(3) == "third", WAIT, "row 3 in the target", poll=0.5)
+    assert api.wait_run(APPLY, blocked) == "success"
+    # the held run applied row 2 only (its frontier was read before row 3): a run queued behind
+    # it applied row 3
+    held = api.xcom(APPLY, blocked, "apply")["tables"][d.items]
+    assert held["inserted"] == 1, held
+    after = [r for r in api.runs(APPLY) if r["run_type"] == "asset_triggered"
+             and r["dag_run_id"] != blocked and r["start_date"] and r["start_date"] > held_end(api, blocked)]
+    assert after, api.runs(APPLY)
+    diff = d.compare(d.items)
+    assert diff.equal, diff.describe()
+
+
+def held_end(api, run_id: str) -> str:
+    return api.get(f"/dags/{APPLY}/dagRuns/{run_id}")["end_date"]
