@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_dblog.devenv.running_airflow import USER
 from browser import TIMEOUT_MS, UI, VIEWPORT, launch
 from helpers import wait_until
-from running import USER
 
 REPAIR = "dblog_repair__src"
 APPLY = "dblog_apply__tgt"
