@@ -11,6 +11,10 @@ nothing applied yet).
   (``events_tailed``) and a dump chunk's close (``chunks``) move in the same transaction as
   what they count, so a new *generation* of those counters means new events below a new
   frontier;
+* but once per apply run: after an event, nothing more until the target's checkpoint has
+  moved (the run that event started took everything below the frontier it read; what came
+  after it fires as soon as that run has moved the target). Under a steady stream of
+  commits that is one Asset event per apply run, not one per tail flush;
 * else at most every ``refire_s`` while still behind: the checkpoint also moves over log
   with none of the source's tables (PostgreSQL follows the WAL of other tables), which
   only moves the target's checkpoint; and a run that failed is retried.
@@ -53,6 +57,7 @@ class ApplyGate:
     read_once: bool = False
     handled: Generation | None = None      # the generation last fired for (or found applied)
     fired_at: float = -math.inf
+    fired_applied: Position | None = None  # the target when the last event fired
 
     def worth_reading_target(self, look: ApplyLook, now: float) -> bool:
         if look.frontier is None:
@@ -66,11 +71,18 @@ class ApplyGate:
     def decide(self, look: ApplyLook, applied: dict[str, Position | None], now: float) -> bool:
         """True: fire (the target is behind the frontier)."""
         self.applied_low, self.read_once = lowest_applied(applied), True
-        self.handled = look.generation
         if self.applied_low is not None and look.frontier <= self.applied_low:
+            self.handled = look.generation
             return False
-        self.fired_at = now
+        if self._run_pending(now):
+            return False  # (handled unchanged: the target is read again at the next look)
+        self.handled, self.fired_at, self.fired_applied = look.generation, now, self.applied_low
         return True
+
+    def _run_pending(self, now: float) -> bool:
+        """The last event's run has not moved the target yet (and refire_s has not passed)."""
+        return self.fired_at > -math.inf and self.applied_low == self.fired_applied \
+            and now - self.fired_at < self.refire_s
 
 
 class AsyncApplyReader:

@@ -7,9 +7,9 @@ events below the tail's frontier that the target's checkpoint has not passed; at
 retry after a failed run). Each event becomes an Asset event, and the scheduler starts
 ``dblog_apply__<target>``.
 
-With ``max_active_runs=1`` an event during an active apply run is queued by the scheduler
-(one pending run however many events): the change it reports is applied by the next run,
-never left behind.
+One event per apply run: after an event, none until the target's checkpoint has moved
+(that run takes everything below the frontier it reads); a change committed while the run
+is active fires as soon as the run has moved the target, so it is never left behind.
 
 Each look reads Redis with ``redis.asyncio``; the target's apply checkpoints (a database
 round trip, the same read as the lag sensor's) are read in a worker thread and only when

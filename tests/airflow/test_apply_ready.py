@@ -120,24 +120,50 @@ def test_does_not_fire_when_caught_up_and_fires_at_once_for_new_events(setup, ta
     assert got[0][1]["frontier"] == P(1, 200, 0).encode() and got[0][1]["applied"] == P(1, 100, 0).encode()
 
 
-def test_new_events_while_behind_fire_again_at_once_and_nothing_new_only_after_refire_seconds(setup, tail):
-    """The apply run the first event started has not moved the target yet: a second commit
-    (a change during that run) fires again at once; with nothing new the trigger waits
-    ``refire_seconds`` before saying again that the target is behind."""
+def test_one_event_per_apply_run_then_at_once_when_the_target_moved_and_refire_after_refire_seconds(
+        setup, target, tail):
+    """Commits while the first event's run has not moved the target add no event (that run, or
+    the one after it, takes them); the moment the target moves and is still behind, the next
+    event fires; with the target not moving at all, the trigger says so again after
+    ``refire_seconds`` (a failed run is retried)."""
+    items, other = setup.tables
     tail(P(1, 100, 0))
 
     async def scenario():
-        async def commit_later():
-            await asyncio.sleep(0.5)
-            await asyncio.to_thread(tail, P(1, 200, 0))
-        later = asyncio.create_task(commit_later())
-        got = await events(trigger_for(setup, refire_seconds=3), 3, within=20)
-        await later
-        return got
-    (t1, e1), (t2, e2), (t3, e3) = asyncio.run(scenario())
-    assert e1["frontier"] == P(1, 100, 0).encode() and t1 < 0.5
-    assert e2["frontier"] == P(1, 200, 0).encode() and 0.5 <= t2 < 2.5, (t2, e2)
-    assert e3["frontier"] == P(1, 200, 0).encode() and t3 - t2 >= 3, (t2, t3)
+        trig = trigger_for(setup, refire_seconds=4)
+        queue: asyncio.Queue = asyncio.Queue()
+        t0, got = time.monotonic(), []
+
+        async def collect():   # (a timeout must not cancel the generator itself)
+            async for e in trig.run():
+                await queue.put(e.payload)
+        collector = asyncio.create_task(collect())
+
+        async def next_event(within: float):
+            try:
+                payload = await asyncio.wait_for(queue.get(), within)
+            except TimeoutError:
+                return None
+            got.append((time.monotonic() - t0, payload))
+            return payload
+        try:
+            first = await next_event(5)
+            for n in range(3):   # three flushes while the run is pending: nothing
+                await asyncio.to_thread(tail, P(1, 200 + n, 0))
+            quiet = await next_event(1.5)
+            for t in (items, other):   # the run applied up to the frontier it read
+                await asyncio.to_thread(target.advance_applied, "src", t, P(1, 100, 0))
+            moved = await next_event(5)
+            moved_at = time.monotonic() - t0
+            again = await next_event(10)   # the target stays put: after refire_seconds
+            return first, quiet, moved, moved_at, again, got
+        finally:
+            collector.cancel()
+    first, quiet, moved, moved_at, again, got = asyncio.run(scenario())
+    assert first["frontier"] == P(1, 100, 0).encode() and first["applied"] is None, got
+    assert quiet is None, got
+    assert moved["frontier"] == P(1, 202, 0).encode() and moved["applied"] == P(1, 100, 0).encode(), got
+    assert again is not None and got[-1][0] - moved_at >= 4 - 0.5, got
 
 
 def test_an_open_dump_window_holds_the_frontier_back(setup, target, tail):
