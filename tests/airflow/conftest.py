@@ -200,6 +200,26 @@ class Deployment:
         wait_until(lambda: state.checkpoint() and state.checkpoint().pos >= head, timeout,
                    f"the tail DAG read the log up to {head}", poll=0.2)
 
+    def target_items(self) -> str:
+        """The quoted target table of ``items``."""
+        from airflow_provider_dblog.engine.targets import target_table_name
+        source = self.setup.source()
+        try:
+            return f'"public"."{target_table_name(source.table_schema(self.items))}"'
+        finally:
+            source.close()
+
+    def damage_items(self, corrupt_id: int, delete_id: int) -> None:
+        """Damage the target behind the source's back: one row changed, one deleted."""
+        table, target = self.target_items(), self.setup.target()
+        try:
+            with target.conn.cursor() as cur:
+                cur.execute(f"UPDATE {table} SET name = 'corrupt' WHERE id = %s", (corrupt_id,))
+                cur.execute(f"DELETE FROM {table} WHERE id = %s", (delete_id,))
+            target.conn.commit()
+        finally:
+            target.conn.close()
+
     def compare(self, table: str):
         from airflow_provider_dblog.engine.targets import target_table_name
         from airflow_provider_dblog.engine.verify import compare_source_target

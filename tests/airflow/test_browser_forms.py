@@ -84,7 +84,6 @@ def test_a_user_logs_in_on_the_login_page_and_sees_dblogs_dags(ui):
 
 
 def test_a_keys_repair_from_the_form_fixes_the_target(deployment, ui):
-    from airflow_provider_dblog.engine.targets import target_table_name
     d, api = deployment, deployment.api
     d.setup.execute("INSERT INTO items SELECT seq, CONCAT('item', seq), seq / 4.0 FROM seq_201_to_260")
     d.drain()
@@ -92,19 +91,7 @@ def test_a_keys_repair_from_the_form_fixes_the_target(deployment, ui):
     assert state == "success"
     assert d.compare(d.items).equal
 
-    source = d.setup.source()
-    try:
-        table = f'"public"."{target_table_name(source.table_schema(d.items))}"'
-    finally:
-        source.close()
-    target = d.setup.target()
-    try:
-        with target.conn.cursor() as cur:
-            cur.execute(f"UPDATE {table} SET name = 'corrupt' WHERE id = 207")
-            cur.execute(f"DELETE FROM {table} WHERE id = 208")
-        target.conn.commit()
-    finally:
-        target.conn.close()
+    d.damage_items(207, 208)
     assert not d.compare(d.items).equal
 
     # the README's steps: DAGs -> dblog_repair__src -> Trigger; scope, table, keys; Trigger

@@ -25,15 +25,6 @@ def target_conn(d):
     return conn
 
 
-def target_table(d) -> str:
-    from airflow_provider_dblog.engine.targets import target_table_name
-    source = d.setup.source()
-    try:
-        return f'"public"."{target_table_name(source.table_schema(d.items))}"'
-    finally:
-        source.close()
-
-
 def target_names(d, table: str) -> dict[int, str]:
     """The target's ``items`` rows (id -> name); empty until the first apply created the table."""
     try:
@@ -79,7 +70,7 @@ def test_commits_reach_the_target_through_the_watcher_even_one_made_while_an_app
     api.set_paused(APPLY, False)
     state = d.setup.state()
     wait_until(state.checkpoint, 180, "the tail DAG's first checkpoint", poll=0.5)
-    table = target_table(d)
+    table = d.target_items()
 
     d.setup.execute("INSERT INTO items VALUES (1, 'first', 1)")
     wait_until(lambda: target_names(d, table).get(1) == "first", WAIT, "row 1 in the target, untriggered",

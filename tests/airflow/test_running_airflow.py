@@ -32,15 +32,6 @@ def apply_now(d) -> str:
     return run_id
 
 
-def target_items(d) -> str:
-    from airflow_provider_dblog.engine.targets import target_table_name
-    source = d.setup.source()
-    try:
-        return f'"public"."{target_table_name(source.table_schema(d.items))}"'
-    finally:
-        source.close()
-
-
 def watermark_rows(d) -> list:
     with d.setup.sdb.cursor() as cur:
         cur.execute(f"SELECT value, updated_at FROM {d.setup.wm_ns}.watermark")
@@ -53,14 +44,7 @@ def test_the_tail_runs_continuously_and_a_keys_repair_from_the_form_fixes_the_ta
     apply_now(d)
     assert d.compare(d.items).equal
 
-    target = d.setup.target()
-    try:
-        with target.conn.cursor() as cur:
-            cur.execute(f"UPDATE {target_items(d)} SET name = 'corrupt' WHERE id = 7")
-            cur.execute(f"DELETE FROM {target_items(d)} WHERE id = 8")
-        target.conn.commit()
-    finally:
-        target.conn.close()
+    d.damage_items(7, 8)
     assert not d.compare(d.items).equal
 
     # the form's defaults (scope "table", the first table, sizes from the config) plus the keys
