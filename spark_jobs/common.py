@@ -41,7 +41,8 @@ import pyarrow.fs as pafs  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from airflow_provider_dblog.engine.config import Config, load_config  # noqa: E402
-from airflow_provider_dblog.engine.jobs import ERROR_PREFIX, RESULT_FILE_ARG, RESULT_PREFIX, SHUFFLE_PARTITIONS  # noqa: E402,E501
+from airflow_provider_dblog.engine.jobs import (ERROR_PREFIX, RESULT_FILE_ARG, RESULT_PREFIX, SHUFFLE_PARTITIONS,  # noqa: E402
+                                                 die_with_parent)
 from airflow_provider_dblog.engine.positions import Position  # noqa: E402
 from airflow_provider_dblog.engine.schema import TableSchema  # noqa: E402
 
@@ -123,6 +124,8 @@ def _report(path: str | None, report: dict) -> None:
 def run_job(main: Callable[[list[str] | None], dict], argv: list[str] | None = None) -> int:
     """Run ``main`` and report (``--result-file``, taken off the arguments ``main`` sees):
     the result and exit 0, or the error and exit 1. Both are also logged, for people."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # the driver of a spark-submit: it dies with that JVM
+        die_with_parent(os.getppid())
     argv = list(sys.argv[1:] if argv is None else argv)
     path = None
     if RESULT_FILE_ARG in argv:

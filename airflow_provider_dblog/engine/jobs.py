@@ -118,10 +118,35 @@ def spark_submit_args(config: Config, application: str, app_args: list[str]) -> 
 
 
 def spark_preexec(config: Config):
-    """The ``preexec_fn`` that gives spark-submit (and the JVM it starts) the config's
-    ``spark.nice``, or None. Applied in the child only: the caller keeps its priority."""
-    nice = config.spark.nice
-    return (lambda: os.nice(nice)) if nice else None
+    """The ``preexec_fn`` of spark-submit: it dies with the process that started it (SIGKILL
+    from the kernel when that thread ends: a killed `dblog dump` or Airflow task must not
+    leave a driver running on, racing a resumed run of the same request), and it gets the
+    config's ``spark.nice``. Applied in the child only: the caller keeps its priority.
+
+    Call it in the thread that starts the job and waits for it (the kernel watches the
+    starting thread, not the process)."""
+    nice, parent = config.spark.nice, os.getpid()
+
+    def preexec() -> None:
+        die_with_parent(parent)
+        if nice:
+            os.nice(nice)
+    return preexec
+
+
+def die_with_parent(parent: int) -> None:
+    """In a child before exec: ask Linux for SIGKILL when the parent dies (prctl
+    PR_SET_PDEATHSIG, kept across exec), and exit now if it already has."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the prctl
+        os._exit(1)
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def project_root() -> str:

@@ -399,7 +399,9 @@ def test_spark_nice_lowers_only_the_spark_submit_process(dblog_setup, context, f
                          text=True, check=True, preexec_fn=spark_preexec(load_config(str(s.path))))
     assert int(out.stdout) == min(19, own + 7) and os.nice(0) == own
     raw["spark"]["nice"] = 0
-    assert spark_preexec(load_config_from(raw)) is None
+    out = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], capture_output=True,
+                         text=True, check=True, preexec_fn=spark_preexec(load_config_from(raw)))
+    assert int(out.stdout) == own
 
 
 def test_apply_result_through_the_spark_provider(dblog_setup, context, fake_spark_submit):
