@@ -11,6 +11,7 @@ import time
 from .engine.config import Config, load_config
 from .engine.requests import ACTIONS, DumpSpec, control_request, parse_spec, runnable_request, validate_spec
 from .engine.errors import DBLogError
+from .engine.request_lease import wait_until_free
 from .engine.sources import open_source
 from .engine.tail import Tail
 from .engine.wiring import Wiring
@@ -66,7 +67,7 @@ def cmd_tail(cfg: Config, args) -> int:
     src_cfg, state, store = _parts(cfg, args.source)
     source = open_source(src_cfg)
     source.check_or_raise()
-    tail = Tail(source, state, store, cfg.tail)
+    tail = Tail(source, state, store, cfg.tail, abandon_after_s=cfg.dump.abandon_after)
     stopping = {"now": False}
 
     def on_term(signum, frame):  # finish the transaction in hand, flush, checkpoint, exit
@@ -100,6 +101,9 @@ def cmd_dump(cfg: Config, args) -> int:
     if args.request:
         rid = args.request
         runnable_request(state, rid)
+        # before a Spark start-up: wait for a dead runner's lease to lapse, refuse a live one
+        ttl = cfg.dump.lease_seconds
+        wait_until_free(state, rid, ttl, ttl if args.wait_lease is None else args.wait_lease)
         if state.flag(rid, "pause"):
             control_request(state, rid, "resume")
     else:
@@ -110,8 +114,21 @@ def cmd_dump(cfg: Config, args) -> int:
     job_args = ["--config", cfg.path, "--source", src_cfg.name, "--request", rid]
     if args.max_chunks:
         job_args += ["--max-chunks", str(args.max_chunks)]
+    if args.wait_lease is not None:
+        job_args += ["--wait-lease", str(args.wait_lease)]
     result = run_spark_job(cfg, "dump_job", job_args)
     print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def cmd_reset(cfg: Config, args) -> int:
+    """The way back from lost state or a log gap (engine/recovery.py)."""
+    from .engine.recovery import reset_source
+    out = reset_source(cfg, args.source, args.confirm or "", drop_targets=args.drop_targets, dump=not args.no_dump)
+    print(json.dumps(out, indent=2, default=str))
+    if out["dump_request"]:
+        print(f"next: run the tail, then `dblog dump --request {out['dump_request']}`, then the apply",
+              file=sys.stderr)
     return 0
 
 
@@ -139,8 +156,12 @@ def status(cfg: Config, source_name: str | None = None) -> dict:
                  "frontier": None, "open_windows": [], "counters": state.counters(), "requests": []}
     front = state.frontier()
     out["frontier"] = front.encode() if front else None
+    # a window with no runner holding its request is closed by the tail after dump.abandon_after
     out["open_windows"] = [{"id": w.id, "table": w.table, "request": w.request,
-                            "age_s": round(time.time() - w.opened_at, 1)} for w in state.open_windows()]
+                            "age_s": round(time.time() - w.opened_at, 1),
+                            "runner": state.lease_holder(w.request)} for w in state.open_windows()]
+    out["abandon_after_s"] = cfg.dump.abandon_after
+    out["windows_abandoned"] = [w for w in state.closed_windows(200) if w.get("outcome") == "abandoned"][:10]
     try:
         source = open_source(src_cfg)
         head, _ = source.current_resume()
@@ -169,6 +190,7 @@ def status(cfg: Config, source_name: str | None = None) -> dict:
     for rid in state.requests(10):
         req = state.request(rid)
         out["requests"].append({"id": rid, "status": req["status"], "error": req.get("error", ""),
+                                "runner": state.lease_holder(rid),
                                 "scope": req["spec"]["scope"], "tables": {
                                     t: state.progress(rid, t) for t in req["spec"]["tables"]}})
     return out
@@ -227,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--chunk-size", type=int)
     d.add_argument("--parallelism", type=int)
     d.add_argument("--max-chunks", type=int, help="stop (paused) after this many chunks")
+    d.add_argument("--wait-lease", type=float, default=None, metavar="SECONDS",
+                   help="with --request: another runner runs it; wait up to this long for it to end or "
+                        "expire, then refuse, naming it and when its lease expires (default: "
+                        "dump.lease_seconds, enough for a dead runner's lease to lapse)")
     d.set_defaults(func=cmd_dump)
     for action in ACTIONS:
         f = sub.add_parser(action, help=f"{action} a dump request")
@@ -239,6 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (default): in-process up to apply.local_max_events events, else Spark")
     a.set_defaults(func=cmd_apply)
     sub.add_parser("status", help="positions, lag, windows, dump progress").set_defaults(func=cmd_status)
+    r = sub.add_parser("reset", help="after lost Redis state or a purged log: capture again from the log head "
+                                     "and re-dump every table")
+    r.add_argument("--confirm", metavar="SOURCE", help="the source's name again: the reset forgets its state")
+    r.add_argument("--drop-targets", action="store_true",
+                   help="also drop the targets' tables of the source (needed when the log's positions went back)")
+    r.add_argument("--no-dump", action="store_true", help="do not request the full dump")
+    r.set_defaults(func=cmd_reset)
     m = sub.add_parser("demo", help="seed, write concurrently, tail + dump + apply, verify")
     m.add_argument("--rows", type=int, default=1_000_000, help="rows to seed in all")
     m.add_argument("--writers", type=int, default=2)

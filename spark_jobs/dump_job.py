@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--request", required=True, help="dump request id")
     p.add_argument("--max-chunks", type=int, default=None,
                    help="stop (status paused) after this many chunks; resume with another run")
+    p.add_argument("--wait-lease", type=float, default=None, metavar="SECONDS",
+                   help="another runner holds the request: wait this long for it (default: dump.lease_seconds)")
     args = p.parse_args(argv)
     cfg = load(args.config)
     parts = Wiring(cfg, args.source)
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         spark = spark_session(f"dblog-dump-{scfg.name}")
         reader = SparkChunkReader(spark, source)
-        summary = parts.runner(reader, source).run(args.request, args.max_chunks)
+        summary = parts.runner(reader, source).run(args.request, args.max_chunks, args.wait_lease)
         req = state.request(args.request) or {}
         out = dataclasses.asdict(summary)
         out.update({"source": scfg.name, "status": req.get("status", ""), **ran_on(spark),

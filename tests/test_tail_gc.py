@@ -47,6 +47,12 @@ class ScriptedSource:
     def confirm(self, resume):
         pass
 
+    def log_gap(self, resume):
+        return None
+
+    def is_transient(self, error):
+        return False
+
     def read_log(self, resume, should_stop):
         for i in range(self.n):
             if should_stop():

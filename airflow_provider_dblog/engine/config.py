@@ -172,6 +172,27 @@ class DumpConfig:
     parallelism: int = 4
     window_timeout_s: float = 120.0
     chunks_per_job: int = 1_000
+    # one runner per request: it holds the request's lease, renewed every lease_seconds/3
+    lease_seconds: float = 30.0
+    # a window open this long whose request no runner holds was left by a dead runner: the
+    # tail closes it as abandoned (None: max(900, 3 * window_timeout_s))
+    abandon_after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("lease_seconds", "window_timeout_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ConfigError(f"dump.{name} must be a number of seconds > 0, not {v!r}")
+        v = self.abandon_after_s
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= self.lease_seconds):
+            raise ConfigError(f"dump.abandon_after_s must be a number of seconds > dump.lease_seconds "
+                              f"({self.lease_seconds}), or null for max(900, 3 * window_timeout_s); not {v!r}")
+
+    @property
+    def abandon_after(self) -> float:
+        if self.abandon_after_s is not None:
+            return float(self.abandon_after_s)
+        return max(900.0, 3 * self.window_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -180,6 +201,8 @@ class TailConfig:
     flush_seconds: float = 1.0
     lease_seconds: float = 30.0
     progress_seconds: float = 30.0   # how often a running tail logs its progress (0: never)
+    # the source or Redis away: retry from the checkpoint with backoff for this long, then fail
+    retry_for_s: float = 300.0
 
 
 @dataclass(frozen=True)

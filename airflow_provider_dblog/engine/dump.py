@@ -12,7 +12,12 @@ or a request's state:
    reconcile (steps 6-7), write the snapshot, and only then move chunk progress and close
    the window together (invariant 5); the request is done when its last table is;
 6. ``fail_window``: a chunk that failed between its LW and its finish closes its window
-   as failed (no longer holding the frontier back) and marks the request failed.
+   as failed (no longer holding the apply frontier back) and marks the request failed.
+
+One runner per request: a runner holds the request's lease (``holding``,
+``engine/request_lease.py``) and checks it before each write; the chunk's completion is
+fenced by its token. A window whose runner died is closed by the tail once it is older
+than ``dump.abandon_after`` (``RedisState.close_abandoned_windows``).
 
 The tail never waits for any of this (invariant 3).
 """
@@ -21,16 +26,18 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import pyarrow as pa
 
 from .config import DumpConfig
-from .errors import ConfigError, DumpCancelledError, DumpPausedError
+from .errors import ConfigError, DumpCancelledError, DumpPausedError, LeaseLostError
 from .keys import encode_scalar
 from .positions import ZERO
 from .reconcile import reconcile
+from .request_lease import RequestLease
 from .requests import DumpSpec, request_or_raise, validate_spec
 from .schema import TableSchema
 from .sources.base import Source
@@ -112,6 +119,29 @@ class DumpRunner:
         self.config = config
         self.on_chunk = on_chunk or (lambda table, progress: None)
         self._watermark_table_ready = False
+        self.lease: RequestLease | None = None  # while this runner holds a request (``holding``)
+
+    @contextmanager
+    def holding(self, rid: str, wait_s: float | None = None) -> Iterator[RequestLease]:
+        """Hold the request's lease for the block (another runner has it: wait up to
+        ``wait_s``, default one lease TTL, then RequestBusyError); every write of the
+        block checks it."""
+        ttl = self.config.lease_seconds
+        with RequestLease(self.state, rid, ttl, ttl if wait_s is None else wait_s) as lease:
+            self.lease = lease
+            try:
+                yield lease
+            finally:
+                self.lease = None
+
+    def _check_lease(self) -> None:
+        if self.lease is not None:
+            self.lease.check()
+
+    def _holds(self) -> bool:
+        """False when this runner held the request's lease and lost it: then it writes nothing,
+        not even a failure (the request is its new runner's)."""
+        return self.lease is None or self.lease.holds()
 
     def submit(self, spec: DumpSpec) -> str:
         spec = validate_spec(self.source, spec, self.config)
@@ -120,14 +150,20 @@ class DumpRunner:
     def spec(self, rid: str) -> DumpSpec:
         return DumpSpec.from_dict(request_or_raise(self.state, rid)["spec"])
 
-    def run(self, rid: str, max_chunks: int | None = None) -> DumpSummary:
+    def run(self, rid: str, max_chunks: int | None = None, wait_lease: float | None = None) -> DumpSummary:
         """Run (or resume) a request from its last completed chunk. This process owns the
-        request while it runs: windows an earlier run of it left open are abandoned."""
+        request while it runs (its lease; another runner has it: wait up to ``wait_lease``
+        seconds, default one lease TTL, then RequestBusyError): windows an earlier run of it
+        left open are abandoned."""
         spec = self.spec(rid)
         status = self.state.request(rid)["status"]
         if status in ("done", "cancelled"):
             log.info("request %s is already %s", rid, status)
             return self._summary(rid, spec, 0.0)
+        with self.holding(rid, wait_lease):
+            return self._run(rid, spec, max_chunks)
+
+    def _run(self, rid: str, spec: DumpSpec, max_chunks: int | None) -> DumpSummary:
         started = time.monotonic()
         done = 0
         for w in self.state.open_windows():  # left by an earlier run of the request (crashed)
@@ -143,17 +179,22 @@ class DumpRunner:
                     rows = self.select_chunk(task, window)
                     self.write_hw(window)
                 except BaseException as e:
-                    fail_window(self.state, window, e, "select")
+                    if self._holds():
+                        fail_window(self.state, window, e, "select")
                     raise
                 self.finish_chunk(task, window, rows)
                 done += 1
             else:  # --max-chunks reached
+                self._check_lease()
                 self.state.set_request_status(rid, "paused" if self.next_chunk(rid) is not None else "done")
         except (DumpPausedError, DumpCancelledError) as e:  # status set by next_chunk_of
             log.info("%s", e)
             if isinstance(e, DumpCancelledError):
                 raise
+        except LeaseLostError:
+            raise  # the request is someone else's now: its status is theirs to write
         except Exception as e:
+            self._check_lease()  # lost meanwhile: LeaseLostError, and write nothing
             self.state.set_request_status(rid, "failed", f"{type(e).__name__}: {e}")
             raise
         return self._summary(rid, spec, time.monotonic() - started)
@@ -163,6 +204,7 @@ class DumpRunner:
         """The request's flags, then its next chunk. Done: None. Cancel: its open windows are
         closed as cancelled, status cancelled, DumpCancelledError. Pause: status paused,
         DumpPausedError. No chunk left: status done, None."""
+        self._check_lease()
         req = request_or_raise(self.state, rid)
         if req["status"] == "done":
             return None
@@ -191,6 +233,7 @@ class DumpRunner:
         if not self._watermark_table_ready:
             self.source.ensure_watermark_table()
             self._watermark_table_ready = True
+        self._check_lease()
         self.state.set_request_status(task.request, "running")
         cp = self.state.checkpoint()
         if cp is None:
@@ -202,9 +245,11 @@ class DumpRunner:
             log.warning("closed window %s of %s (opened %.0fs ago) as abandoned: its chunk is redone",
                         w.id, w.table, time.time() - w.opened_at)
         try:
+            self._check_lease()
             self.source.write_watermark(window.lw)                                  # step 2
         except BaseException as e:
-            fail_window(self.state, window, e, "lw")
+            if self._holds():
+                fail_window(self.state, window, e, "lw")
             raise
         return window, abandoned
 
@@ -283,6 +328,7 @@ class DumpRunner:
                                 self.store.chunk_uri(task.request, task.table, window.id))
 
     def write_hw(self, window: Window) -> None:
+        self._check_lease()
         self.source.write_watermark(window.hw)                                     # step 4
 
     def finish_chunk(self, task: ChunkTask, window: Window, rows: pa.Table | None = None,
@@ -295,7 +341,8 @@ class DumpRunner:
             lw, hw = self.state.wait_window(window, timeout_s or self.config.window_timeout_s)
             hw_wait = time.monotonic() - t0
         except Exception as e:
-            fail_window(self.state, window, e, "wait_hw")
+            if self._holds():
+                fail_window(self.state, window, e, "wait_hw")
             raise
         if rows is None:
             # as selected: a Spark chunk's text columns are parsed here (conform_chunk)
@@ -303,6 +350,7 @@ class DumpRunner:
         requested = [schema.parse_key(k) for k in task.keys] if task.keys is not None else None
         in_window = self.store.read_range(schema, lw, hw)
         result = reconcile(schema, rows, in_window, hw, requested_keys=requested)
+        self._check_lease()
         self.store.write_snapshot(schema, hw, result.events)
         progress = self.state.progress(task.request, task.table)
         progress["chunks"] += 1
@@ -324,7 +372,8 @@ class DumpRunner:
                   # hw_wait_s: until the tail had the HW durable; finish_s: all of this step
                   "hw_wait_s": round(hw_wait, 3), "finish_s": round(time.monotonic() - t0, 3)}
         sweep = orphan_sweep(task.request, task.table, progress) if task.last else None
-        self.state.complete_chunk(task.request, task.table, progress, window, detail, sweep)
+        self.state.complete_chunk(task.request, task.table, progress, window, detail, sweep,
+                                  lease_token=self.lease.token if self.lease is not None else None)
         self.store.remove_chunk(task.request, task.table, window.id)
         log.info("%s chunk %d: %d rows selected, %d kept, %d dropped as stale, %d window events; "
                  "HW durable after %.2f s, chunk finished in %.2f s%s", task.table, progress["chunks"],

@@ -50,7 +50,25 @@ class DumpPausedError(DBLogError):
 
 
 class LeaseLostError(DBLogError):
-    """Another tail holds the leader lease; this one must stop without writing."""
+    """This tail (or dump runner) lost its lease: it must stop without writing."""
+
+
+class StateLostError(DBLogError):
+    """The source's Redis state is gone (flushed, restored, a new instance) while its event
+    store shows an earlier history: starting at the log head would skip changes silently."""
+
+
+class LogGapError(DBLogError):
+    """The log the checkpoint resumes from is gone (a purged binlog, a dropped or advanced
+    replication slot): the changes in between cannot be read any more."""
+
+
+class SourceUnavailableError(DBLogError):
+    """The source (or Redis) stayed away longer than the configured retry time."""
+
+
+class RequestBusyError(DBLogError):
+    """Another runner holds the dump request's lease: one runner per request."""
 
 
 class UncarriedValueError(DBLogError, ValueError):

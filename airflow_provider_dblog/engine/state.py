@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from .errors import ChunkInFlightError, LeaseLostError, WatermarkError, WindowTimeoutError
+from .leases import Leases
 from .positions import Position
 from .windows import Window, WindowLook, state_key, window_look, window_look_commands
 
@@ -44,32 +45,6 @@ redis.call('HINCRBY', KEYS[5], 'flushes', 1)
 return bad
 """
 
-# KEYS: lease, fence   ARGV: owner, ttl_ms   -> token or false
-_ACQUIRE = """
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local owner = string.match(cur, '^[^|]*')
-  if owner ~= ARGV[1] then return false end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return cur
-end
-local token = ARGV[1] .. '|' .. redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-return token
-"""
-
-_RENEW = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-"""
-
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
 @dataclass
 class Checkpoint:
     pos: Position
@@ -77,40 +52,18 @@ class Checkpoint:
     updated_at: float = 0.0
 
 
-class RedisState:
+class RedisState(Leases):
     def __init__(self, url: str, prefix: str, source: str, client: redis.Redis | None = None):
         self.r = client or redis.Redis.from_url(url, decode_responses=True)
         self.p = state_key(prefix, source)
         self.source = source
         self._commit = self.r.register_script(_COMMIT)
-        self._acquire = self.r.register_script(_ACQUIRE)
-        self._renew = self.r.register_script(_RENEW)
-        self._release = self.r.register_script(_RELEASE)
+        self._register_lease_scripts()
 
     def k(self, *parts: str) -> str:
         return ":".join((self.p, *parts))
 
-    # -- tail: lease, checkpoint, watermarks ----------------------------------
-    def acquire_lease(self, owner: str, ttl_s: float) -> str | None:
-        """A fencing token ``owner|n`` if this owner holds the tail lease, else None."""
-        return self._acquire(keys=[self.k("lease"), self.k("fence")], args=[owner, int(ttl_s * 1000)])
-
-    def renew_lease(self, token: str, ttl_s: float) -> None:
-        if not self._renew(keys=[self.k("lease")], args=[token, int(ttl_s * 1000)]):
-            raise LeaseLostError(f"tail lease {token} lost: another tail took over")
-
-    def release_lease(self, token: str) -> None:
-        self._release(keys=[self.k("lease")], args=[token])
-
-    def lease_holder(self) -> str | None:
-        """The token (``owner|n``) of the tail holding the lease, if any."""
-        return self.r.get(self.k("lease"))
-
-    def lease_expires_in(self) -> float | None:
-        """Seconds until the held lease expires unless its tail renews it; None: not held."""
-        ms = self.r.pttl(self.k("lease"))
-        return ms / 1000 if ms is not None and ms >= 0 else None
-
+    # -- the tail's checkpoint and watermarks (leases: engine/leases.py) ---------
     def captured_at(self, pos: Position) -> float | None:
         """The latest time the tail's checkpoint was at or below ``pos``: every change the
         tail had captured by then lies below ``pos``. From the samples each commit records
@@ -258,6 +211,46 @@ class RedisState:
                 except redis.WatchError:
                     continue
 
+    def close_abandoned_windows(self, abandon_after_s: float) -> list[Window]:
+        """Close the windows whose runner is gone: opened more than ``abandon_after_s`` ago
+        and their request's lease held by no runner. Each is closed as abandoned (the apply
+        frontier no longer waits for it) and its request marked ``interrupted``: its chunk
+        progress never moved, so resuming the request redoes that chunk. Returns them."""
+        closed = []
+        for w in self.open_windows():
+            age = time.time() - w.opened_at
+            if age < abandon_after_s:
+                continue
+            req_key, lease_key = self.k("request", w.request), self._lease_keys(w.request)[0]
+            with self.r.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(self.k("windows"), lease_key, req_key)
+                    if not pipe.hexists(self.k("windows"), w.id) or pipe.exists(lease_key):
+                        continue
+                    status = pipe.hget(req_key, "status")
+                    reason = (f"window {w.id} of {w.table} open for {age:.0f}s (abandon_after_s "
+                              f"{abandon_after_s:.0f}) with no runner holding the request: closed as "
+                              "abandoned; resume the request to redo its chunk")
+                    pipe.multi()
+                    self._forget_window(pipe, w)
+                    pipe.lpush(self.k("windows_closed"), json.dumps(
+                        {"id": w.id, "request": w.request, "table": w.table, "outcome": "abandoned",
+                         "at": time.time(), "age_s": round(age, 1), "reason": "no runner"}))
+                    pipe.ltrim(self.k("windows_closed"), 0, 9999)
+                    if status is not None and status not in ("done", "cancelled", "failed"):
+                        pipe.hset(req_key, mapping={"status": "interrupted", "error": reason,
+                                                    "updated_at": time.time()})
+                    pipe.hincrby(self.k("counters"), "windows_abandoned", 1)
+                    pipe.execute()
+                    closed.append(w)
+                except redis.WatchError:
+                    continue  # it changed meanwhile (finished, or a runner came): look again next time
+        return closed
+
+    def closed_windows(self, limit: int = 20) -> list[dict]:
+        """The last windows closed, newest first (outcome done, failed, cancelled, abandoned)."""
+        return [json.loads(v) for v in self.r.lrange(self.k("windows_closed"), 0, limit - 1)]
+
     # -- dump requests ---------------------------------------------------------
     def create_request(self, spec: dict) -> str:
         rid = spec.get("id") or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
@@ -296,18 +289,26 @@ class RedisState:
         self.r.hset(self.k("request", rid), f"progress:{table}", json.dumps(progress))
 
     def complete_chunk(self, rid: str, table: str, progress: dict, window: Window, detail: dict,
-                       sweep: dict | None = None) -> None:
+                       sweep: dict | None = None, lease_token: str | None = None) -> None:
         """Chunk progress moves with the window's close, after the snapshot is durable.
 
         Only while the window is still open: a window closed meanwhile (abandoned by a
         newer run of the request, or failed) raises WatermarkError and moves nothing, so
         its chunk is redone and never counted twice. ``sweep``: the table's orphan sweep,
-        registered with its last chunk (``engine/sweep.py``)."""
+        registered with its last chunk (``engine/sweep.py``). ``lease_token``: the runner's
+        request lease (fencing): if another token holds it, or none does, LeaseLostError and
+        nothing moves."""
         key = self.k("windows")
+        lease_key = self._lease_keys(rid)[0]
         while True:
             with self.r.pipeline(transaction=True) as pipe:
                 try:
-                    pipe.watch(key, self.k("sweeps"))
+                    pipe.watch(key, self.k("sweeps"), lease_key)
+                    if lease_token is not None and (held := pipe.get(lease_key)) != lease_token:
+                        raise LeaseLostError(
+                            f"the lease of dump request {rid} is {'held by ' + held if held else 'gone'}, not "
+                            f"{lease_token}'s: this runner lost it (stalled past its TTL?); chunk progress "
+                            "not moved, the request's current runner redoes the chunk")
                     if not pipe.hexists(key, window.id):
                         raise WatermarkError(
                             f"window {window.id} of {table} was closed before its chunk completed "

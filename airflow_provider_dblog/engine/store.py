@@ -137,7 +137,23 @@ class EventStore:
                 self.fs.delete_file(info.path)
         return removed
 
+    def remove_source(self) -> list[str]:
+        """Delete every event file, chunk row and stage file of this source (``dblog reset``)."""
+        removed = []
+        for area in ("events", "chunks", "stage"):
+            path = posixpath.join(self.root, area, self.source)
+            if self.fs.get_file_info(path).type == pafs.FileType.Directory:
+                self.fs.delete_dir(path)
+                removed.append(path)
+        return removed
+
     # -- reading -----------------------------------------------------------
+    def file_positions(self) -> list[Position]:
+        """The position in the name of every event file of this source, all tables."""
+        return [_file_pos(i.base_name)
+                for i in self._files(posixpath.join(self.root, "events", self.source), recursive=True)
+                if i.base_name.endswith(SUFFIX) and ".tmp-" not in i.base_name]
+
     def _files(self, path: str, recursive: bool = False) -> list[pafs.FileInfo]:
         sel = pafs.FileSelector(path, allow_not_found=True, recursive=recursive)
         return [i for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File]

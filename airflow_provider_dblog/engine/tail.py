@@ -17,18 +17,22 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import pyarrow as pa
+import redis
 
-from .config import TailConfig
+from .config import DumpConfig, TailConfig
 from .events import Event
 from .positions import Position
 from .schema import TableSchema
 from .sources.base import RowChange, Source, TxnEnd, WatermarkSeen
-from .state import RedisState
+from .errors import LogGapError, SourceUnavailableError, StateLostError
+from .recovery import earlier_history, log_gap_message, state_lost_message
+from .state import Checkpoint, RedisState
 from .store import EventStore
 
 log = logging.getLogger(__name__)
 
 FULL_GC_EVERY_S = 30.0  # while the tail runs, cyclic garbage is collected by hand (see _loop)
+RETRY_FIRST_PAUSE_S, RETRY_MAX_PAUSE_S = 0.5, 15.0  # the backoff after a connection error
 
 
 @dataclass
@@ -43,6 +47,7 @@ class TailStats:
     skipped: bool = False  # another tail held the lease (past wait_lease)
     lease_holder: str = ""  # when skipped: the holder's token, and when its lease expires
     lease_expires_in_s: float | None = None
+    retries: int = 0  # restarts from the checkpoint after the source or Redis was away
     per_table: dict = field(default_factory=lambda: defaultdict(int))
 
 
@@ -74,8 +79,12 @@ class _Progress:
 
 class Tail:
     def __init__(self, source: Source, state: RedisState, store: EventStore, config: TailConfig,
-                 owner: str | None = None):
+                 owner: str | None = None, abandon_after_s: float = DumpConfig().abandon_after):
+        """``abandon_after_s``: a dump window open this long whose request no runner holds
+        is closed as abandoned (``RedisState.close_abandoned_windows``): pass the config's
+        ``dump.abandon_after``."""
         self.source, self.state, self.store, self.config = source, state, store, config
+        self.abandon_after_s = abandon_after_s
         self.owner = (owner or f"{socket.gethostname()}:{os.getpid()}").replace("|", "_")
         self.schemas: dict[str, TableSchema] = {t: source.table_schema(t) for t in source.tables}
         # pyarrow imports pandas the first time it converts a Python list (~0.4 s on a
@@ -86,20 +95,64 @@ class Tail:
             should_stop: Callable[[], bool] | None = None, wait_lease: float = 0.0) -> TailStats:
         """Tail until the deadline, the event budget or should_stop(); flush, checkpoint, return.
         Another tail holding the lease: wait up to ``wait_lease`` seconds for it to end or
-        expire, then give up (``stats.skipped``, with the holder and its expiry)."""
+        expire, then give up (``stats.skipped``, with the holder and its expiry).
+
+        The source or Redis away (a connection error): start again from the checkpoint, as
+        after a crash, with backoff, for up to ``tail.retry_for_s`` since the last flush
+        that went through; then SourceUnavailableError with the count and the last error.
+        ``stats.retries`` counts the restarts."""
         stats = TailStats()
-        token = self._acquire(wait_lease, should_stop or (lambda: False))
+        stop = should_stop or (lambda: False)
+        started = time.monotonic()
+        outage_since, flushes_then = None, -1
+        while True:
+            try:
+                self._session(stats, started, max_seconds, max_events, stop, wait_lease)
+                return stats
+            except Exception as e:
+                if not self._is_transient(e):
+                    raise
+                if stats.flushes != flushes_then:  # it went on since the last failure: a new outage
+                    outage_since, flushes_then, failures = time.monotonic(), stats.flushes, 0
+                failures += 1
+                stats.retries += 1
+                down = time.monotonic() - outage_since
+                if down >= self.config.retry_for_s or stop() or (
+                        max_seconds is not None and time.monotonic() - started >= max_seconds):
+                    raise SourceUnavailableError(
+                        f"tail of {self.state.source}: gave up after {failures} failed attempt(s) over {down:.0f}s "
+                        f"(tail.retry_for_s {self.config.retry_for_s:.0f}): {type(e).__name__}: {e}") from e
+                pause = min(RETRY_MAX_PAUSE_S, RETRY_FIRST_PAUSE_S * 2 ** (failures - 1))
+                log.warning("tail of %s: %s: %s; attempt %d failed, %.0fs into the outage; starting again from "
+                            "the checkpoint in %.1fs", self.state.source, type(e).__name__, e, failures, down, pause)
+                self.source.close()  # its connections are dead: the next use opens new ones
+                try:
+                    self.state.incr("tail_retries")  # for `dblog status` (not while Redis is the one away)
+                except redis.RedisError:
+                    pass
+                deadline = time.monotonic() + pause
+                while time.monotonic() < deadline and not stop():
+                    time.sleep(0.1)
+
+    def _is_transient(self, error: BaseException) -> bool:
+        return isinstance(error, (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError)) \
+            or self.source.is_transient(error)
+
+    def _session(self, stats: TailStats, started: float, max_seconds: float | None, max_events: int | None,
+                 should_stop: Callable[[], bool], wait_lease: float) -> None:
+        """One go: the lease, the checkpoint, the loop (``run`` starts it again after an outage)."""
+        token = self._acquire(wait_lease, should_stop)
         if token is None:
             stats.skipped = True
             stats.lease_holder = self.state.lease_holder() or ""
             stats.lease_expires_in_s = self.state.lease_expires_in()
             log.warning("another tail (%s) holds the lease for %s; doing nothing. %s", stats.lease_holder,
                         self.state.source, _expiry(stats.lease_expires_in_s))
-            return stats
-        started = time.monotonic()
+            return
         try:
-            self.source.prepare_log()  # e.g. a replication slot, before the first checkpoint
             cp = self.state.checkpoint()
+            self._refuse_lost_state(cp)
+            self.source.prepare_log()  # e.g. a replication slot, before the first checkpoint
             if cp is None:  # first run: start at the log's current end
                 pos, resume = self.source.current_resume()
                 self.state.commit(token, pos, resume, [], 0)
@@ -107,7 +160,7 @@ class Tail:
             removed = self.store.remove_uncommitted_logs(cp.pos)
             if removed:
                 log.info("removed %d uncommitted segment file(s) past %s", len(removed), cp.pos)
-            stats.start = cp.pos.encode()
+            stats.start = stats.start or cp.pos.encode()  # (the first session's, after an outage)
             # A batch holds ~5 tracked objects per event (tuples, dicts) until its flush, and
             # the automatic cyclic GC sweeps them again and again as they age (a full sweep
             # also walks the whole heap of an Airflow task): over half the tail's own cost
@@ -117,16 +170,27 @@ class Tail:
             gc_was_on = gc.isenabled()
             gc.disable()
             try:
-                self._loop(token, cp.pos, cp.resume, started, max_seconds, max_events,
-                           should_stop or (lambda: False), stats)
+                self._loop(token, cp.pos, cp.resume, started, max_seconds, max_events, should_stop, stats)
             finally:
                 if gc_was_on:
                     gc.enable()
         finally:
-            self.state.release_lease(token)
+            try:
+                self.state.release_lease(token)
+            except redis.RedisError:  # Redis away: the lease lapses by its TTL
+                pass
         stats.seconds = time.monotonic() - started
         stats.end = self.state.checkpoint().pos.encode()
-        return stats
+
+    def _refuse_lost_state(self, cp: Checkpoint | None) -> None:
+        """Fail closed rather than skip changes: no checkpoint though the source was captured
+        before (StateLostError), or a checkpoint whose log is gone (LogGapError)."""
+        if cp is None:
+            evidence = earlier_history(self.state, self.store)
+            if evidence:
+                raise StateLostError(state_lost_message(self.state.source, evidence))
+        elif (gap := self.source.log_gap(cp.resume)) is not None:
+            raise LogGapError(log_gap_message(self.state.source, cp.pos, gap))
 
     def _acquire(self, wait_s: float, should_stop: Callable[[], bool]) -> str | None:
         """The lease's fencing token, trying until ``wait_s`` has passed; None if not got."""
@@ -143,6 +207,14 @@ class Tail:
                             self.state.lease_holder(), self.state.source, wait_s, _expiry(expires))
                 said = True
             time.sleep(max(0.05, min(1.0, left, expires if expires is not None else 1.0)))
+
+    def _close_abandoned_windows(self) -> None:
+        """A dead runner's window would hold the apply frontier back for the whole source:
+        the tail, the one process always running, closes it once it is old enough."""
+        for w in self.state.close_abandoned_windows(self.abandon_after_s):
+            log.warning("closed window %s of %s (request %s, open %.0fs, no runner holds the request) as "
+                        "abandoned: the apply frontier moves on; resume the request to redo its chunk",
+                        w.id, w.table, w.request, time.time() - w.opened_at)
 
     def _loop(self, token, batch_start: Position, resume: dict, started: float,
               max_seconds, max_events, should_stop: Callable[[], bool], stats: TailStats) -> None:
@@ -219,6 +291,7 @@ class Tail:
             if now - last_renew >= self.config.lease_seconds / 3:
                 self.state.renew_lease(token, self.config.lease_seconds)
                 last_renew = now
+                self._close_abandoned_windows()
             if out_of_budget():
                 break
         stop = True

@@ -106,7 +106,7 @@ class DBLogChunkDumpOperator(DBLogHookMixin, BaseOperator):
     :param abandon_after: seconds after which another open window of the same request is
         taken to be left by a crashed run and closed as abandoned; a younger one means a
         chunk of the request is in flight, and this task fails (retriable) instead of
-        racing it. Default: ``max(900, 3 * dump.window_timeout_s)``.
+        racing it. Default: the config's ``dump.abandon_after_s`` (``max(900, 3 * window_timeout_s)``).
 
     Any error between the LW and the HW (the select failing, ``execution_timeout``, a kill)
     closes the window as failed before the task fails: an open window would hold the
@@ -141,7 +141,8 @@ class DBLogChunkDumpOperator(DBLogHookMixin, BaseOperator):
         source_name = cfg.source(self.source).name
         runner = hook.runner(source_name)
         try:
-            return self._chunk(hook, runner, rid, source_name, context)
+            with runner.holding(rid):  # one runner per request: another live one holds it → fail (retriable)
+                return self._chunk(hook, runner, rid, source_name, context)
         finally:
             runner.source.close()
 
@@ -159,7 +160,7 @@ class DBLogChunkDumpOperator(DBLogHookMixin, BaseOperator):
             self.log.info("chunk select on Spark master %s (connection %s)", master, self.spark_conn_id)
         abandon_after = self.abandon_after
         if abandon_after is None:
-            abandon_after = max(900.0, 3 * runner.config.window_timeout_s)
+            abandon_after = runner.config.abandon_after
         window, _ = runner.open_chunk(task, abandon_after)                      # window, step 2: LW
         what = (f"{len(task.keys)} keys" if task.keys is not None
                 else f"keys up to {task.end}, {len(task.predicates)} partitions")

@@ -80,7 +80,8 @@ class DBLogReconcileOperator(DBLogHookMixin, BaseOperator):
             self.log.info("reconciling request %s, %s: window %s (%s rows selected)", task.request,
                           task.table, window.id, value.get("selected", "?") if isinstance(value, dict) else "?")
             try:
-                detail = runner.finish_chunk(task, window, timeout_s=self.window_timeout)
+                with runner.holding(task.request):  # one runner per request
+                    detail = runner.finish_chunk(task, window, timeout_s=self.window_timeout)
             except WatermarkError as e:  # the window failed (closed by the engine) or was closed meanwhile
                 raise DBLogWindowFailed(str(e)) from e
             progress = state.progress(task.request, task.table)

@@ -106,7 +106,8 @@ class DBLogTailOperator(DBLogHookMixin, BaseOperator):
         source = hook.source(name)
         try:
             source.check_or_raise()
-            tail = Tail(source, state, hook.store(name), hook.config.tail, owner=self.lease_owner(context))
+            tail = Tail(source, state, hook.store(name), hook.config.tail, owner=self.lease_owner(context),
+                        abandon_after_s=hook.config.dump.abandon_after)
             self.log.info("tailing source %s for at most %s s / %s events", name, max_seconds, max_events)
             stats = tail.run(max_seconds=max_seconds, max_events=max_events, should_stop=lambda: self._stopping)
         finally:

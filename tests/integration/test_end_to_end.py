@@ -178,7 +178,8 @@ def test_key_list_dump_reports_missing_and_repairs_target(src_db, make_cdc):
 def test_interrupted_dump_resumes_from_last_completed_chunk(src_db, make_cdc, tmp_path):
     db = src_db.name
     create_items(src_db, 50_000)
-    cdc = make_cdc(["items"], dump={"chunk_size": 10_000})
+    # the resume waits for the dead runner's request lease to lapse: a short one keeps the test short
+    cdc = make_cdc(["items"], dump={"chunk_size": 10_000, "lease_seconds": 5})
     cdc.start_tail()
     rid = cdc.request(DumpSpec("table", [f"{db}.items"]))
     assert cdc.dump_spark(rid, max_chunks=2)["status"] == "paused"

@@ -144,6 +144,15 @@ class SqlSource:
     def confirm(self, resume: dict) -> None:
         """Everything before ``resume`` is durable (a slot may release its log)."""
 
+    def is_transient(self, error: BaseException) -> bool:
+        """Whether ``error`` is the server being away (down, restarting, the connection cut),
+        which a retry after a pause may get past, rather than a fault of the request."""
+        return isinstance(error, (ConnectionError, TimeoutError))
+
+    def log_gap(self, resume: dict) -> str | None:
+        """Why the log can no longer be read from ``resume`` (a checkpoint's), or None."""
+        return None
+
     def check_or_raise(self) -> None:
         problems = self.check()
         if problems:

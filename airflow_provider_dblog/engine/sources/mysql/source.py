@@ -269,6 +269,26 @@ class MySQLSource(SqlSource):
         file, pos = str(rows[0][0]), int(rows[0][1])
         return Position(binlog_file_number(file), pos, 0), {"file": file, "pos": pos}
 
+    # can't connect, server gone away, lost connection, shutdown in progress, connection killed
+    TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1053, 1927})
+
+    def is_transient(self, error: BaseException) -> bool:
+        if isinstance(error, pymysql.err.InterfaceError):  # the connection is closed
+            return True
+        if isinstance(error, pymysql.err.OperationalError):
+            return bool(error.args) and error.args[0] in self.TRANSIENT_CODES
+        return super().is_transient(error)
+
+    def log_gap(self, resume: dict) -> str | None:
+        """The binlog file the checkpoint resumes in was purged (PURGE BINARY LOGS,
+        binlog_expire_logs_seconds / expire_logs_days, a restored server)."""
+        files = [str(r[0]) for r in self._query("SHOW BINARY LOGS")]
+        if resume["file"] in files:
+            return None
+        return (f"binlog file {resume['file']} (the checkpoint resumes at position {resume['pos']} in it) is no "
+                f"longer on the server; its oldest binlog is {files[0] if files else 'none'}: purged before the "
+                "tail read it (raise binlog_expire_logs_seconds above the longest tail outage)")
+
     def read_log(self, resume: dict | None, should_stop: Callable[[], bool],
                  server_id: int | None = None) -> Iterator[LogItem]:
         """Row changes of the configured tables, watermark writes, transaction ends and

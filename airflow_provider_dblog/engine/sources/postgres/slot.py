@@ -18,7 +18,7 @@ from psycopg2 import sql
 
 from ...errors import SourceSetupError
 from ..base import Problem
-from .lsn import int_to_lsn
+from .lsn import int_to_lsn, lsn_to_int
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +153,19 @@ class SlotAndPublication:
             src._query("SELECT pg_drop_replication_slot(%s)", (self.slot_name,))
         src._query(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(self.publication)),
                    fetch=False)
+
+    def gap(self, resume_lsn: int) -> str | None:
+        """Why the slot cannot stream from ``resume_lsn`` any more (``Source.log_gap``)."""
+        slot = self._slot()
+        if slot is None:
+            return (f"replication slot {self.slot_name} of source {self.source.name!r} does not exist (dropped?): "
+                    f"the WAL after the checkpoint {int_to_lsn(resume_lsn)} is not kept for this source any more")
+        confirmed = slot[3]
+        if confirmed is not None and lsn_to_int(confirmed) > resume_lsn:
+            return (f"replication slot {self.slot_name} is confirmed up to {confirmed}, past the checkpoint "
+                    f"{int_to_lsn(resume_lsn)} (advanced by another reader, or dropped and made again): the "
+                    "changes in between are not streamed any more")
+        return None
 
     def confirm(self, lsn: int) -> None:
         self.confirmed = max(self.confirmed, int(lsn))

@@ -278,6 +278,19 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         """Everything before ``resume`` is durable: the slot may release it."""
         self.slot.confirm(lsn_to_int(resume["lsn"]))
 
+    def is_transient(self, error: BaseException) -> bool:
+        # OperationalError: the server down, restarting or shutting down, the connection cut;
+        # a bare DatabaseError without SQLSTATE: the replication stream cut ("no COPY in progress")
+        return (isinstance(error, (psycopg2.OperationalError, psycopg2.InterfaceError))
+                or (type(error) is psycopg2.DatabaseError and error.pgcode is None)
+                or super().is_transient(error))
+
+    def log_gap(self, resume: dict) -> str | None:
+        """The slot is gone (dropped: a new one starts at the WAL's end), or it was moved past
+        the checkpoint (pg_replication_slot_advance, another reader): the server would
+        stream from the slot's position, not the checkpoint's, skipping what lies between."""
+        return self.slot.gap(lsn_to_int(resume["lsn"]))
+
     def drop_log(self) -> None:
         """Drop the replication slot and the publication (a source taken out of CDC)."""
         self.slot.drop()
