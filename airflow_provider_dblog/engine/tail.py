@@ -103,11 +103,11 @@ class Tail:
         ``stats.retries`` counts the restarts."""
         stats = TailStats()
         stop = should_stop or (lambda: False)
-        started = time.monotonic()
+        clock: dict[str, float] = {}  # "started": when the lease was first got (the budget counts from it)
         outage_since, flushes_then = None, -1
         while True:
             try:
-                self._session(stats, started, max_seconds, max_events, stop, wait_lease)
+                self._session(stats, clock, max_seconds, max_events, stop, wait_lease)
                 return stats
             except Exception as e:
                 if not self._is_transient(e):
@@ -118,7 +118,7 @@ class Tail:
                 stats.retries += 1
                 down = time.monotonic() - outage_since
                 if down >= self.config.retry_for_s or stop() or (
-                        max_seconds is not None and time.monotonic() - started >= max_seconds):
+                        max_seconds is not None and time.monotonic() - clock.get("started", time.monotonic()) >= max_seconds):
                     raise SourceUnavailableError(
                         f"tail of {self.state.source}: gave up after {failures} failed attempt(s) over {down:.0f}s "
                         f"(tail.retry_for_s {self.config.retry_for_s:.0f}): {type(e).__name__}: {e}") from e
@@ -138,8 +138,8 @@ class Tail:
         return isinstance(error, (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError)) \
             or self.source.is_transient(error)
 
-    def _session(self, stats: TailStats, started: float, max_seconds: float | None, max_events: int | None,
-                 should_stop: Callable[[], bool], wait_lease: float) -> None:
+    def _session(self, stats: TailStats, clock: dict[str, float], max_seconds: float | None,
+                 max_events: int | None, should_stop: Callable[[], bool], wait_lease: float) -> None:
         """One go: the lease, the checkpoint, the loop (``run`` starts it again after an outage)."""
         token = self._acquire(wait_lease, should_stop)
         if token is None:
@@ -149,6 +149,7 @@ class Tail:
             log.warning("another tail (%s) holds the lease for %s; doing nothing. %s", stats.lease_holder,
                         self.state.source, _expiry(stats.lease_expires_in_s))
             return
+        started = clock.setdefault("started", time.monotonic())  # not before: the wait for the lease
         try:
             cp = self.state.checkpoint()
             self._refuse_lost_state(cp)
