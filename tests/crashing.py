@@ -4,6 +4,9 @@ no exception, no ``finally``, no handler runs). Run as a script::
     python tests/crashing.py tail --config dblog.yaml --at-commit 4 --marker FILE
         # the tail dies inside its 4th checkpoint commit: that segment's files are written,
         # its checkpoint never moves; FILE gets the position it was about to commit
+    python tests/crashing.py tail --config dblog.yaml --pause-at-write 1 --marker FILE
+        # the tail stops itself (SIGSTOP) inside its first segment write, after its lease
+        # renewal: a zombie once continued (SIGCONT); FILE gets the segment's start
     python tests/crashing.py dump --config dblog.yaml --request ID --marker FILE
         # a dump dies inside its next chunk's select, between the LW and the HW;
         # FILE gets the window's id
@@ -21,20 +24,33 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def tail(config: str, at_commit: int, marker: Path) -> None:
+def tail(config: str, at_commit: int, marker: Path, pause_at_write: int = 0) -> int:
     from airflow_provider_dblog.cli import main
     from airflow_provider_dblog.engine.state import RedisState
+    from airflow_provider_dblog.engine.store import EventStore
+
+    if pause_at_write:
+        real_write, writes = EventStore.write_log_segment, [0]
+
+        def write_log_segment(self, table, checkpoint, *args, **kwargs):
+            writes[0] += 1
+            if writes[0] == pause_at_write:
+                marker.write_text(checkpoint.encode())
+                os.kill(os.getpid(), signal.SIGSTOP)  # here until SIGCONT
+            return real_write(self, table, checkpoint, *args, **kwargs)
+        EventStore.write_log_segment = write_log_segment
+        at_commit = 0
 
     real, calls = RedisState.commit, [0]
 
     def commit(self, token, pos, *args, **kwargs):
         calls[0] += 1
-        if calls[0] == at_commit:
+        if at_commit and calls[0] == at_commit:
             marker.write_text(pos.encode())
             die()
         return real(self, token, pos, *args, **kwargs)
     RedisState.commit = commit
-    main(["--config", config, "tail", "--seconds", "600"])
+    return main(["--config", config, "tail", "--seconds", "600"])
 
 
 def dump(config: str, request: str, marker: Path) -> None:
@@ -63,10 +79,13 @@ if __name__ == "__main__":
     p.add_argument("--config", required=True)
     p.add_argument("--marker", required=True, type=Path)
     p.add_argument("--at-commit", type=int, default=4)
+    p.add_argument("--pause-at-write", type=int, default=0)
     p.add_argument("--request")
     a = p.parse_args()
     if a.what == "tail":
-        tail(a.config, a.at_commit, a.marker)
+        code = tail(a.config, a.at_commit, a.marker, a.pause_at_write)
+        if a.pause_at_write:
+            sys.exit(code)  # a zombie that went on: what the command said
     else:
         dump(a.config, a.request, a.marker)
-    sys.exit(3)  # reaching here means the crash point was never reached
+    sys.exit(3)  # reaching here means the crash point was never reached (or the tail paused and went on)

@@ -53,7 +53,7 @@ def test_the_batch_stops_just_before_an_uncarried_row(tmp_path_factory, events, 
     cut = min(split, len(events))      # two flushes, as a tail writes them
     for start, part in ((Position(1, 0, 0), events[:cut]), (Position(1, 100 + cut, 0), events[cut:])):
         if part:
-            store.write_log_segment(T, start, part)
+            store.write_log_segment(T, start, part, "1")
     files = store.files_for_range(T.qualified, None, Position(9, 0, 0))
     lo, hi = Position(1, 0, 0).encode(), Position(9, 0, 0).encode()
     at, why = held_at(store, files, lo, hi)

@@ -2,9 +2,14 @@
 
 Layout under ``<root>/events/<source>/<db.table>/``:
 
-* ``log-<checkpoint>.parquet``: the tail's log events of one flush, named by the
-  checkpoint the flush started from. A re-read after a crash starts from the same
-  checkpoint and so rewrites the same name: it replaces, never adds.
+* ``log-<checkpoint>.<writer>.parquet``: the tail's log events of one flush, named by the
+  checkpoint the flush started from and by the writing tail's fencing number. A tail
+  deletes the files at or past its checkpoint when it starts (a flush that never
+  committed). A tail paused past its lease (a zombie) may still write a file after
+  another tail took over from the same checkpoint: its own name keeps it from replacing
+  the live tail's file, and what it holds are events of the same log at the same
+  positions, which readers drop as duplicates. (``log-<checkpoint>.parquet``, the
+  name before fencing numbers, is still read.)
 * ``snap-<hw position>.parquet``: one window's surviving chunk rows.
 
 Files are written to a temporary name and renamed, so a reader never sees half
@@ -36,8 +41,15 @@ def _file_pos(name: str) -> Position:
     base = name.rsplit("/", 1)[-1]
     for prefix in (LOG_PREFIX, SNAP_PREFIX):
         if base.startswith(prefix) and base.endswith(SUFFIX):
-            return Position.decode(base[len(prefix):-len(SUFFIX)])
+            return Position.decode(base[len(prefix):-len(SUFFIX)].split(".", 1)[0])
     raise ValueError(f"not an event file: {name}")
+
+
+def log_segment_name(checkpoint: Position, writer: str) -> str:
+    """``log-<checkpoint>.<writer>.parquet``; ``writer``: the tail's fencing number."""
+    if not writer.isalnum():
+        raise ValueError(f"segment writer must be alphanumeric, not {writer!r}")
+    return f"{LOG_PREFIX}{checkpoint.encode()}.{writer}{SUFFIX}"
 
 
 class EventStore:
@@ -94,8 +106,9 @@ class EventStore:
         pq.write_table(data, tmp, filesystem=self.fs, compression="zstd")
         self.fs.move(tmp, path)  # atomic rename on local and HDFS
 
-    def write_log_segment(self, table: TableSchema, checkpoint: Position, events: list[Event]) -> str:
-        path = posixpath.join(self.table_dir(table.qualified), f"{LOG_PREFIX}{checkpoint.encode()}{SUFFIX}")
+    def write_log_segment(self, table: TableSchema, checkpoint: Position, events: list[Event],
+                          writer: str) -> str:
+        path = posixpath.join(self.table_dir(table.qualified), log_segment_name(checkpoint, writer))
         self._write_atomic(path, events_to_arrow(table, events))
         return path
 
@@ -165,8 +178,9 @@ class EventStore:
     def files_for_range(self, table: str, lo: Position | None, hi: Position) -> list[str]:
         """Files that may hold events with lo < pos < hi.
 
-        A log file holds positions from its name up to the next log file's name;
-        a snapshot file holds its HW position plus row indexes.
+        A log file holds positions from its name up to the next log file's name (a later
+        start: files with the same start, one a zombie tail's, are all read, and their
+        duplicates dropped); a snapshot file holds its HW position plus row indexes.
         """
         logs, snaps = [], []
         for info in self._files(self.table_dir(table)):
@@ -175,9 +189,11 @@ class EventStore:
             (logs if info.base_name.startswith(LOG_PREFIX) else snaps).append(
                 (_file_pos(info.base_name), info.path))
         logs.sort()
+        starts = sorted({start for start, _ in logs})
+        after = {a: b for a, b in zip(starts, starts[1:])}  # each start's next, later start
         chosen = []
-        for i, (start, path) in enumerate(logs):
-            nxt = logs[i + 1][0] if i + 1 < len(logs) else None
+        for start, path in logs:
+            nxt = after.get(start)
             if start >= hi or (lo is not None and nxt is not None and nxt <= lo):
                 continue
             chosen.append(path)

@@ -236,8 +236,12 @@ class Tail:
             if committed is None:
                 return
             pos, res = committed
+            # a tail paused past its lease stops here, before it writes; one paused between
+            # this renewal and its writes is what the writer in the file name is for (store.py)
+            self.state.renew_lease(token, self.config.lease_seconds)
+            writer = token.rsplit("|", 1)[1]
             for table in batch:  # (no loop variable left holding a table's events)
-                self.store.write_log_segment(self.schemas[table], batch_start, batch[table])
+                self.store.write_log_segment(self.schemas[table], batch_start, batch[table], writer)
             self.state.commit(token, pos, res, marks, n_batch)
             self.source.confirm(res)  # only now may the source release its log before pos
             stats.events += n_batch

@@ -152,7 +152,7 @@ def apply(env, *extra: str) -> dict:
 
 
 def log_segment(env, schema: TableSchema, start: Position, events: list[Event]) -> None:
-    env["store"].write_log_segment(schema, start, events)
+    env["store"].write_log_segment(schema, start, events, "1")
     env["model"].add(events)
 
 

@@ -58,7 +58,7 @@ class Env:
         self.model = Model()
 
     def log(self, schema, start, events) -> None:
-        self.store.write_log_segment(schema, start, events)
+        self.store.write_log_segment(schema, start, events, "1")
         self.model.add(events)
 
     def checkpoint(self, pos) -> None:
@@ -111,7 +111,7 @@ def test_local_and_spark_apply_the_same_events_alike(make_env):
     first += [ev(ORDERS, DELETE, P(500 + i), before=order(i, 1)) for i in range(20, 30)]
     e.log(ORDERS, P(100), first)
     # a replayed flush: the tail re-read from 420 and wrote the same events again, under its own name
-    e.store.write_log_segment(ORDERS, P(420), [x for x in first if x.pos >= P(420)])
+    e.store.write_log_segment(ORDERS, P(420), [x for x in first if x.pos >= P(420)], "2")
     e.log(LINES, P(100), [ev(LINES, INSERT, P(600 + o * 10 + n), after=line(o, n))
                           for o in range(1, 21) for n in range(1, 4)])
     snap = [ev(ORDERS, SNAPSHOT, P(300).with_seq(i + 1), after=order(i, 7)) for i in (1, 2, 25, 500, 501)]

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
 SLOT_RELEASE_WAIT_S = 15.0   # how long a killed reader's walsender may take to exit
+TAIL_APPLICATION = "dblog-tail"  # the application_name of the tail's replication connection
 ACTIONS = ("pubinsert", "pubupdate", "pubdelete", "pubtruncate")
 
 
@@ -171,14 +172,22 @@ class SlotAndPublication:
         self.confirmed = max(self.confirmed, int(lsn))
 
     def await_free(self, start_lsn: int) -> None:
-        """Return once the slot exists and no other reader holds it (a killed reader's
-        walsender gets SLOT_RELEASE_WAIT_S to exit); else SourceSetupError."""
+        """Return once the slot exists and no other reader holds it; else SourceSetupError.
+
+        The caller holds the tail lease, so a dblog tail still streaming from the slot is
+        one that lost it: dead (its walsender exits by itself) or paused (a zombie, whose
+        walsender would hold the slot until wal_sender_timeout): its walsender is
+        terminated. Another application's reader gets SLOT_RELEASE_WAIT_S to let go."""
         slot = self._slot()
         if slot is None:
             raise SourceSetupError(
                 f"replication slot {self.slot_name} of source {self.source.name!r} does not exist: "
                 f"the WAL after {int_to_lsn(start_lsn)} may be gone. Re-dump the tables and reset "
                 "the tail's checkpoint (the tail creates the slot on its first run)")
+        if slot[4] and self._is_dblog_tail(slot[4]):
+            log.warning("replication slot %s is still streamed to process %s, a dblog tail that lost its "
+                        "lease (dead or paused): terminating it", self.slot_name, slot[4])
+            self.source._query("SELECT pg_terminate_backend(%s)", (slot[4],))
         deadline = time.monotonic() + SLOT_RELEASE_WAIT_S
         while slot[4] and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -186,3 +195,7 @@ class SlotAndPublication:
         if slot[4]:
             raise SourceSetupError(f"replication slot {self.slot_name} is in use by process "
                                    f"{slot[4]}: is another tail of this source running?")
+
+    def _is_dblog_tail(self, pid: int) -> bool:
+        rows = self.source._query("SELECT application_name FROM pg_stat_activity WHERE pid = %s", (pid,))
+        return bool(rows) and rows[0][0] == TAIL_APPLICATION

@@ -28,7 +28,7 @@ from .changes import TransactionAssembler
 from .lsn import int_to_lsn
 from .pgoutput import decode
 from .pgoutput_messages import Commit, Delete, Insert, Update
-from .slot import SlotAndPublication
+from .slot import TAIL_APPLICATION, SlotAndPublication
 
 # the walsender prints values with these settings (pgoutput's text format): the same
 # as every other session of the engine (values.PG_TEXT_SETTINGS)
@@ -49,7 +49,7 @@ class LogStream:
         ep = self.source.config.endpoint
         return psycopg2.connect(host=ep.host, port=int(ep.port), user=ep.user,
                                 password=ep.password or None, dbname=ep.database or None,
-                                connect_timeout=10, application_name="dblog-tail",
+                                connect_timeout=10, application_name=TAIL_APPLICATION,
                                 options=REPLICATION_OPTIONS,
                                 connection_factory=psycopg2.extras.LogicalReplicationConnection)
 
