@@ -21,6 +21,10 @@ small batches: ``engine.apply.run_apply`` (the ``dblog apply`` command,
 DBLogApplyOperator) only runs this job when a run holds more events than
 ``apply.local_max_events``.
 
+The target or Redis away: a table's step is run again with backoff for up to
+``apply.retry_for_s`` (``apply_plan.apply_tables``, shared with the local path; the Spark
+reduce is redone and its stage files rewritten), then TargetUnavailableError.
+
 Prints ``DBLOG_RESULT {per-table counts}``; exits 1 with ``DBLOG_ERROR <message>``.
 """
 from __future__ import annotations
@@ -40,11 +44,11 @@ if _ROOT not in sys.path:
 from airflow_provider_dblog.engine.apply_batch import stage_and_merge  # noqa: E402
 from airflow_provider_dblog.engine.apply_plan import (  # noqa: E402
     SPARK,
+    apply_tables,
     load_schemas,
     plan_table,
     resolve_tables,
     run_result,
-    with_sweep,
 )
 from spark_jobs.common import event_spark_schema, job_parser, load, log_to_stderr, run_job, spark_session  # noqa: E402
 
@@ -152,17 +156,16 @@ def main(argv: list[str] | None = None) -> dict:
     state, store = parts.state, parts.store
     target = open_target(tcfg)
     applier = Applier(lambda: spark_session(f"dblog-apply-{tcfg.name}"), target, store, state, scfg.name)
-    results: dict[str, dict] = {}
     try:
-        for t in tables:
-            results[t] = with_sweep(applier.apply_table(schemas[t]), target, tcfg.name, store, state,
-                                    scfg, schemas[t])
+        # the target or Redis away: each table's step is retried as on the local path
+        results, retries = apply_tables(applier, target, tcfg, scfg, store, state, schemas, tables,
+                                        cfg.apply.retry_for_s)
         where = applier.where
     finally:
         applier.stop()
         target.close()
     return run_result(tcfg, scfg, applier.run_id, results, started, SPARK,
-                      spark_start_s=applier.spark_start_s, **where)
+                      spark_start_s=applier.spark_start_s, retries=retries, **where)
 
 
 if __name__ == "__main__":

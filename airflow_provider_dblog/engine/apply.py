@@ -17,7 +17,8 @@ import time
 from typing import Callable
 
 from .apply_batch import LocalApplier
-from .apply_plan import LOCAL, SPARK, choose_path, load_schemas, resolve_tables, run_result, with_sweep
+from .apply_plan import (LOCAL, SPARK, apply_tables, choose_path, load_schemas, resolve_tables, run_result,
+                         target_label, target_retrier)
 from .config import Config, TargetConfig
 from .jobs import run_spark_job
 from .schema import TableSchema
@@ -36,20 +37,24 @@ def choose_via(config: Config, target_name: str | None, tables: str | list[str] 
     scfg = config.source(tcfg.source)
     names = resolve_tables(scfg, tables)
     t0 = time.monotonic()
+    retries = 0
     if config.apply.local_max_events <= 0:
         via, n = SPARK, -1
     else:
         target = open_target(tcfg)
         try:
             parts = Wiring(config, scfg.name)
-            via, n = choose_path(config, target, parts.store, parts.state, scfg.name, names)
+            retry = target_retrier(target, tcfg, parts.state, config.apply.retry_for_s)
+            via, n = retry.run(lambda: choose_path(config, target, parts.store, parts.state, scfg.name, names),
+                               f"counting the events to apply to {target_label(tcfg)}")
+            retries = retry.retries
         finally:
             target.close()
     log.info("apply to %s: %s events pending (local_max_events %s): %s", tcfg.name,
              n if n >= 0 else "?", config.apply.local_max_events,
              "in-process" if via == LOCAL else "on Spark")
     return {"via": via, "pending_events": n, "local_max_events": config.apply.local_max_events,
-            "choose_s": round(time.monotonic() - t0, 3)}
+            "choose_s": round(time.monotonic() - t0, 3)} | ({"choose_retries": retries} if retries else {})
 
 
 def run_apply(config: Config, target_name: str | None = None, tables: str | list[str] | None = None, *,
@@ -67,11 +72,16 @@ def run_apply(config: Config, target_name: str | None = None, tables: str | list
     if via == "auto":
         chosen = choose_via(config, tcfg.name, tables)
         via = chosen.pop("via")
+    more = chosen.pop("choose_retries", 0)  # the target or Redis away while counting (choose_via)
     if via == LOCAL:
-        return _apply_local(config, tcfg, tables, schemas, schema_file, **chosen)
-    if run_spark is None:
-        run_spark = lambda: _submit_apply_job(config, tcfg, tables, schema_file)  # noqa: E731
-    return run_spark() | chosen
+        result = _apply_local(config, tcfg, tables, schemas, schema_file, **chosen)
+    else:
+        if run_spark is None:
+            run_spark = lambda: _submit_apply_job(config, tcfg, tables, schema_file)  # noqa: E731
+        result = run_spark() | chosen
+    if more:
+        result["retries"] = result.get("retries", 0) + more
+    return result
 
 
 def _submit_apply_job(config: Config, tcfg: TargetConfig, tables: str | list[str] | None,
@@ -97,11 +107,10 @@ def _apply_local(config: Config, tcfg: TargetConfig, tables: str | list[str] | N
     state, store = parts.state, parts.store
     target = open_target(tcfg)
     applier = LocalApplier(target, store, state, scfg.name)
-    results: dict[str, dict] = {}
     try:
-        for t in names:
-            results[t] = with_sweep(applier.apply_table(schemas[t]), target, tcfg.name, store, state,
-                                    scfg, schemas[t])
+        results, retries = apply_tables(applier, target, tcfg, scfg, store, state, schemas, names,
+                                        config.apply.retry_for_s)
     finally:
         target.close()
-    return run_result(tcfg, scfg, applier.run_id, results, started, LOCAL, spark_start_s=0.0, **more)
+    return run_result(tcfg, scfg, applier.run_id, results, started, LOCAL, spark_start_s=0.0, retries=retries,
+                      **more)

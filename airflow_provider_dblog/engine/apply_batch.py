@@ -63,7 +63,10 @@ def stage_and_merge(target, batch: Batch, flat: pa.Table | Iterable[pa.Table], s
         t2 = time.monotonic()
         res = target.merge_from_stage(schema, stage, source_name, batch.frontier, drop_stage=True)
         t_merge = time.monotonic() - t2
-    except BaseException:
+    except BaseException as e:
+        if target.is_transient(e):  # the server is away: a retry's stage (same name) replaces this one
+            log.warning("stage table %s left by a failed attempt (%s)", stage, type(e).__name__)
+            raise
         try:
             target.drop_stage(stage)
         except Exception:  # noqa: BLE001 - the original error matters more

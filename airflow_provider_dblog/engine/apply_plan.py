@@ -8,6 +8,10 @@ before a value no target can take: :func:`held_at`). Both paths then execute it 
 same way (engine/apply_batch.py: reduce to the latest event per key, stage, merge), the
 local one in this process, ``spark_jobs/apply_job.py`` on Spark.
 
+Riding out the target or Redis going away (:func:`apply_tables`, both paths): a table's
+step is run again with backoff for up to ``apply.retry_for_s`` (engine/retry.py), then
+TargetUnavailableError.
+
 Which path a run takes (:func:`choose_path`): the events still to apply of all the
 requested tables are counted (the ``pos`` column of the range's files only); up to
 ``apply.local_max_events`` they are applied in-process, in about a second instead of a
@@ -28,8 +32,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .config import Config, SourceConfig, TargetConfig
+from .errors import TargetUnavailableError
 from .events import DELETE
 from .positions import Position
+from .retry import Retrier, count_retry, redis_is_transient
 from .schema import TableSchema
 from .sweep import sweep_table
 
@@ -227,6 +233,41 @@ def with_sweep(result: dict, target, target_name: str, store, state, source_cfg:
     dump once the apply has reached it (``engine/sweep.py``)."""
     deleted = sweep_table(target, target_name, store, state, source_cfg, schema)
     return result if deleted is None else result | {"orphans_deleted": deleted}
+
+
+# -- a run's tables, riding out outages ---------------------------------------------------
+def target_label(tcfg: TargetConfig) -> str:
+    ep = tcfg.endpoint
+    return f"target {tcfg.name} ({tcfg.kind} {ep.host}:{ep.port}/{ep.database or 'postgres'})"
+
+
+def target_retrier(target, tcfg: TargetConfig, state, retry_for_s: float) -> Retrier:
+    """Retries of a run's steps while the target or Redis is away (counted as ``apply_retries``)."""
+    def on_retry(error: BaseException) -> None:
+        target.close()  # its connection is dead: the next use opens a new one
+        count_retry(state, "apply_retries")
+    return Retrier("apply.retry_for_s", retry_for_s, lambda e: target.is_transient(e) or redis_is_transient(e),
+                   TargetUnavailableError, on_retry)
+
+
+def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store, state,
+                 schemas: dict[str, TableSchema], names: list[str], retry_for_s: float) -> tuple[dict, int]:
+    """Each table's batch (``applier.apply_table``: either path's), then its orphan sweep:
+    ``({table: result}, retries)``. The target or Redis away: the step runs again with
+    backoff for up to ``retry_for_s`` since the outage began, then TargetUnavailableError.
+    Running it again is safe: a merge that failed moved nothing (rows and checkpoint are
+    one transaction) and the next attempt's stage table replaces the failed one's (same
+    name: same run and table); a merge that went through left its checkpoint moved, so
+    the next plan starts after it (a commit whose answer was lost is not applied twice)."""
+    retry = target_retrier(target, tcfg, state, retry_for_s)
+    results: dict[str, dict] = {}
+    for t in names:
+        before = retry.retries
+        what = f"apply of {t} to {target_label(tcfg)}"
+        res = retry.run(lambda: applier.apply_table(schemas[t]), what)
+        res = retry.run(lambda: with_sweep(res, target, tcfg.name, store, state, scfg, schemas[t]), what)
+        results[t] = res | ({"retries": retry.retries - before} if retry.retries > before else {})
+    return results, retry.retries
 
 
 def run_result(tcfg: TargetConfig, scfg: SourceConfig, run_id: str, results: dict[str, dict],

@@ -177,12 +177,12 @@ class DumpConfig:
     # a window open this long whose request no runner holds was left by a dead runner: the
     # tail closes it as abandoned (None: max(900, 3 * window_timeout_s))
     abandon_after_s: float | None = None
+    # the source or Redis away during a chunk: redo the chunk with backoff for this long, then fail
+    retry_for_s: float = 300.0
 
     def __post_init__(self) -> None:
-        for name in ("lease_seconds", "window_timeout_s"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise ConfigError(f"dump.{name} must be a number of seconds > 0, not {v!r}")
+        for name in ("lease_seconds", "window_timeout_s", "retry_for_s"):
+            _positive_seconds(self, "dump", name)
         v = self.abandon_after_s
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= self.lease_seconds):
             raise ConfigError(f"dump.abandon_after_s must be a number of seconds > dump.lease_seconds "
@@ -204,6 +204,9 @@ class TailConfig:
     # the source or Redis away: retry from the checkpoint with backoff for this long, then fail
     retry_for_s: float = 300.0
 
+    def __post_init__(self) -> None:
+        _positive_seconds(self, "tail", "retry_for_s")
+
 
 @dataclass(frozen=True)
 class ApplyConfig:
@@ -211,11 +214,20 @@ class ApplyConfig:
     # (pyarrow + COPY, about a second) instead of spark-submit (tens of seconds of start-up);
     # 0: always on Spark
     local_max_events: int = 200_000
+    # the target or Redis away: redo the table's batch with backoff for this long, then fail
+    retry_for_s: float = 300.0
 
     def __post_init__(self) -> None:
         v = self.local_max_events
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ConfigError(f"apply.local_max_events must be an integer >= 0 (0: always Spark), not {v!r}")
+        _positive_seconds(self, "apply", "retry_for_s")
+
+
+def _positive_seconds(section, where: str, name: str) -> None:
+    v = getattr(section, name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        raise ConfigError(f"{where}.{name} must be a number of seconds > 0, not {v!r}")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,11 @@ or a request's state:
 6. ``fail_window``: a chunk that failed between its LW and its finish closes its window
    as failed (no longer holding the apply frontier back) and marks the request failed.
 
+``DumpRunner.run`` rides out the source or Redis going away: a chunk that meets a
+connection error is redone from step 1, in a new window, with backoff for up to
+``dump.retry_for_s`` (engine/retry.py), then SourceUnavailableError. Progress moves only
+when a chunk completes, so completed chunks are never redone, and a rerun resumes.
+
 One runner per request: a runner holds the request's lease (``holding``,
 ``engine/request_lease.py``) and checks it before each write; the chunk's completion is
 fenced by its token. A window whose runner died is closed by the tail once it is older
@@ -23,22 +28,23 @@ The tail never waits for any of this (invariant 3).
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
 import pyarrow as pa
+import redis
 
+from .chunks import MISSING_SHOWN, ChunkTask, DumpSummary, fail_window, missing_note  # noqa: F401 - re-exported
 from .config import DumpConfig
-from .errors import ConfigError, DumpCancelledError, DumpPausedError, LeaseLostError
+from .errors import ConfigError, DumpCancelledError, DumpPausedError, LeaseLostError, SourceUnavailableError
 from .keys import encode_scalar
 from .positions import ZERO
 from .reconcile import reconcile
 from .request_lease import RequestLease
 from .requests import DumpSpec, request_or_raise, validate_spec
+from .retry import Retrier, count_retry, redis_is_transient
 from .schema import TableSchema
 from .sources.base import Source
 from .state import RedisState
@@ -50,63 +56,10 @@ log = logging.getLogger(__name__)
 
 
 class ChunkReader(Protocol):
-    """Reads a planned key range of a table (Spark JDBC in production)."""
+    """Reads a planned key range of a table (Spark JDBC in production). A reader whose errors
+    the source cannot judge (a JVM's) may also have ``is_transient(error) -> bool``."""
 
     def read(self, table: TableSchema, predicates: list[str], dest_uri: str) -> pa.Table: ...
-
-
-@dataclass
-class DumpSummary:
-    request: str
-    tables: dict[str, dict] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def total(self, name: str) -> int:
-        return sum(t.get(name, 0) for t in self.tables.values())
-
-
-@dataclass
-class ChunkTask:
-    """One chunk of a request: a key range (read on Spark) or a batch of keys (bound select).
-    Plain data, so the steps of a chunk can run in different processes (Airflow tasks)."""
-    request: str
-    table: str
-    predicates: list[str] = field(default_factory=list)
-    keys: list[list] | None = None  # a key batch, JSON-typed (encode_scalar)
-    end: str | None = None           # encode_key of the range's last key
-    last: bool = False               # completing it completes the table
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ChunkTask":
-        return cls(**d)
-
-
-def fail_window(state: RedisState, window: Window, error: BaseException | str, step: str) -> bool:
-    """A chunk failed between its LW and its finish (``step``: select, wait_hw, ...): close its
-    window as failed, so it no longer holds the apply frontier back, and mark the request
-    failed. A window closed meanwhile (abandoned by a newer run, cancelled) is left as it
-    is. True if this closed it."""
-    message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    if not state.window_is_open(window.id):
-        return False
-    state.close_window(window, "failed", {"error": message[:2000], "step": step})
-    state.set_request_status(window.request, "failed", message[:2000])
-    return True
-
-
-MISSING_SHOWN = 20   # missing keys listed in a log line (all of them, up to 10,000, in progress)
-
-
-def missing_note(missing: list) -> str:
-    """``; N requested key(s) not in the source: [..], ...`` for a log line ('' for none)."""
-    if not missing:
-        return ""
-    shown = ", ".join(json.dumps([encode_scalar(v) for v in k]) for k in missing[:MISSING_SHOWN])
-    more = f" and {len(missing) - MISSING_SHOWN} more" if len(missing) > MISSING_SHOWN else ""
-    return f"; {len(missing)} requested key(s) not in the source: {shown}{more}"
 
 
 class DumpRunner:
@@ -120,6 +73,30 @@ class DumpRunner:
         self.on_chunk = on_chunk or (lambda table, progress: None)
         self._watermark_table_ready = False
         self.lease: RequestLease | None = None  # while this runner holds a request (``holding``)
+        self.retrying = False  # inside ``run``: a chunk that failed transiently is redone
+
+    def is_transient(self, error: BaseException) -> bool:
+        """The source or Redis away (down, restarting, the connection cut), as Redis, the source
+        or the chunk reader tell: a retry after a pause may get past it."""
+        reader_says = getattr(self.reader, "is_transient", None)
+        return (redis_is_transient(error) or self.source.is_transient(error)
+                or bool(reader_says is not None and reader_says(error)))
+
+    def _fail_window(self, window: Window, error: BaseException, step: str) -> None:
+        """``fail_window`` unless this runner lost the request; a chunk about to be redone
+        leaves the request's status alone. With Redis away the window stays open: the redo's
+        ``open_chunk`` closes it as abandoned (or the tail, after ``dump.abandon_after_s``)."""
+        try:
+            if self._holds():
+                fail_window(self.state, window, error, step,
+                            request_failed=not (self.retrying and self.is_transient(error)))
+        except redis.RedisError as e:
+            log.warning("window %s of %s left open (Redis: %s): it is closed as abandoned later",
+                        window.id, window.table, e)
+
+    def _after_failure(self, error: BaseException) -> None:
+        self.source.close()  # its connections are dead: the next use opens new ones
+        count_retry(self.state, "dump_retries")
 
     @contextmanager
     def holding(self, rid: str, wait_s: float | None = None) -> Iterator[RequestLease]:
@@ -169,20 +146,14 @@ class DumpRunner:
         for w in self.state.open_windows():  # left by an earlier run of the request (crashed)
             if w.request == rid:
                 self.state.close_window(w, "abandoned")
+        retry = Retrier("dump.retry_for_s", self.config.retry_for_s, self.is_transient, SourceUnavailableError,
+                        self._after_failure)
+        what = f"dump request {rid} of source {self.state.source}"
+        self.retrying = True
         try:
             while max_chunks is None or done < max_chunks:
-                task = self.next_chunk_of(rid)
-                if task is None:
+                if not retry.run(lambda: self._one_chunk(rid), what):
                     break
-                window, _ = self.open_chunk(task, abandon_after_s=0.0)
-                try:
-                    rows = self.select_chunk(task, window)
-                    self.write_hw(window)
-                except BaseException as e:
-                    if self._holds():
-                        fail_window(self.state, window, e, "select")
-                    raise
-                self.finish_chunk(task, window, rows)
                 done += 1
             else:  # --max-chunks reached
                 self._check_lease()
@@ -194,10 +165,30 @@ class DumpRunner:
         except LeaseLostError:
             raise  # the request is someone else's now: its status is theirs to write
         except Exception as e:
-            self._check_lease()  # lost meanwhile: LeaseLostError, and write nothing
-            self.state.set_request_status(rid, "failed", f"{type(e).__name__}: {e}")
+            try:
+                self._check_lease()  # lost meanwhile: LeaseLostError, and write nothing
+                self.state.set_request_status(rid, "failed", f"{type(e).__name__}: {e}")
+            except redis.RedisError:  # Redis is what is away: the error says so, its status waits
+                pass
             raise
-        return self._summary(rid, spec, time.monotonic() - started)
+        finally:
+            self.retrying = False
+        return self._summary(rid, spec, time.monotonic() - started, retry.retries)
+
+    def _one_chunk(self, rid: str) -> bool:
+        """Steps 1-5 for the request's next chunk; False when none is left."""
+        task = self.next_chunk_of(rid)
+        if task is None:
+            return False
+        window, _ = self.open_chunk(task, abandon_after_s=0.0)
+        try:
+            rows = self.select_chunk(task, window)
+            self.write_hw(window)
+        except BaseException as e:
+            self._fail_window(window, e, "select")
+            raise
+        self.finish_chunk(task, window, rows)
+        return True
 
     # -- 1. the next chunk ---------------------------------------------------------
     def next_chunk_of(self, rid: str) -> ChunkTask | None:
@@ -248,8 +239,7 @@ class DumpRunner:
             self._check_lease()
             self.source.write_watermark(window.lw)                                  # step 2
         except BaseException as e:
-            if self._holds():
-                fail_window(self.state, window, e, "lw")
+            self._fail_window(window, e, "lw")
             raise
         return window, abandoned
 
@@ -341,8 +331,7 @@ class DumpRunner:
             lw, hw = self.state.wait_window(window, timeout_s or self.config.window_timeout_s)
             hw_wait = time.monotonic() - t0
         except Exception as e:
-            if self._holds():
-                fail_window(self.state, window, e, "wait_hw")
+            self._fail_window(window, e, "wait_hw")
             raise
         if rows is None:
             # as selected: a Spark chunk's text columns are parsed here (conform_chunk)
@@ -390,5 +379,5 @@ class DumpRunner:
         is not done: the next chunk task finds it, or finds it empty and marks it done)."""
         return all(self.state.progress(rid, t).get("done") for t in self.spec(rid).tables)
 
-    def _summary(self, rid: str, spec: DumpSpec, seconds: float) -> DumpSummary:
-        return DumpSummary(rid, {t: self.state.progress(rid, t) for t in spec.tables}, seconds)
+    def _summary(self, rid: str, spec: DumpSpec, seconds: float, retries: int = 0) -> DumpSummary:
+        return DumpSummary(rid, {t: self.state.progress(rid, t) for t in spec.tables}, seconds, retries)

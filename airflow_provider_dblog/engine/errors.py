@@ -67,6 +67,10 @@ class SourceUnavailableError(DBLogError):
     """The source (or Redis) stayed away longer than the configured retry time."""
 
 
+class TargetUnavailableError(DBLogError):
+    """The apply's target (or Redis) stayed away longer than ``apply.retry_for_s``."""
+
+
 class RequestBusyError(DBLogError):
     """Another runner holds the dump request's lease: one runner per request."""
 

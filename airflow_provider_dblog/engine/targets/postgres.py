@@ -37,6 +37,7 @@ from ..arrow_values import to_arrow
 from ..schema import TableSchema
 from ..values import comparable_key, pg_options
 from .pg_copy import copy_rows
+from .pg_errors import is_transient
 from .pg_tables import (OP_COLUMN, POS_COLUMN, STAGE_PREFIX, STATE_TABLE, from_row, json_as_text, qualified_name,
                         read_list, source_table_name, target_table_name)
 
@@ -56,6 +57,8 @@ class MergeResult:
 
 
 class PostgresTarget:
+    is_transient = staticmethod(is_transient)  # the server away (retry), or a fault of the request
+
     def __init__(self, config: TargetConfig, connect_timeout: int = 10):
         self.config = config
         self.schema = config.schema

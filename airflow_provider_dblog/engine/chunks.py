@@ -1,0 +1,72 @@
+"""A dump's chunks as plain data, and what a chunk that failed leaves behind.
+
+:class:`ChunkTask` travels between processes (the Airflow chunk, sensor and reconcile
+tasks, ``spark_jobs/chunk_select_job.py``); :func:`fail_window` closes the window of a
+chunk that failed so it no longer holds the apply frontier back. The lifecycle that uses
+them is engine/dump.py, which re-exports them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .keys import encode_scalar
+from .state import RedisState
+from .windows import Window
+
+
+@dataclass
+class DumpSummary:
+    request: str
+    tables: dict[str, dict] = field(default_factory=dict)
+    seconds: float = 0.0
+    retries: int = 0  # chunks redone after the source or Redis was away
+
+    def total(self, name: str) -> int:
+        return sum(t.get(name, 0) for t in self.tables.values())
+
+
+@dataclass
+class ChunkTask:
+    """One chunk of a request: a key range (read on Spark) or a batch of keys (bound select).
+    Plain data, so the steps of a chunk can run in different processes (Airflow tasks)."""
+    request: str
+    table: str
+    predicates: list[str] = field(default_factory=list)
+    keys: list[list] | None = None  # a key batch, JSON-typed (encode_scalar)
+    end: str | None = None           # encode_key of the range's last key
+    last: bool = False               # completing it completes the table
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ChunkTask":
+        return cls(**d)
+
+
+def fail_window(state: RedisState, window: Window, error: BaseException | str, step: str,
+                request_failed: bool = True) -> bool:
+    """A chunk failed between its LW and its finish (``step``: select, wait_hw, ...): close its
+    window as failed, so it no longer holds the apply frontier back, and mark the request
+    failed (``request_failed``; not when the chunk is about to be retried). A window closed
+    meanwhile (abandoned by a newer run, cancelled) is left as it is. True if this closed it."""
+    message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    if not state.window_is_open(window.id):
+        return False
+    state.close_window(window, "failed", {"error": message[:2000], "step": step})
+    if request_failed:
+        state.set_request_status(window.request, "failed", message[:2000])
+    return True
+
+
+MISSING_SHOWN = 20   # missing keys listed in a log line (all of them, up to 10,000, in progress)
+
+
+def missing_note(missing: list) -> str:
+    """``; N requested key(s) not in the source: [..], ...`` for a log line ('' for none)."""
+    if not missing:
+        return ""
+    shown = ", ".join(json.dumps([encode_scalar(v) for v in k]) for k in missing[:MISSING_SHOWN])
+    more = f" and {len(missing) - MISSING_SHOWN} more" if len(missing) > MISSING_SHOWN else ""
+    return f"; {len(missing)} requested key(s) not in the source: {shown}{more}"
