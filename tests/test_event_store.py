@@ -1,6 +1,7 @@
 """engine/store.py with a zombie tail's files (issue 15): a tail paused past its lease may
 write a segment after another tail took over from the same checkpoint. Hypothesis builds a
-live tail's chain of flushes with the engine's own store, then adds zombie files: one per
+live tail's chain of flushes with the engine's own store (a flush in one file, or in parts
+as a transaction larger than a flush is written), then adds zombie files: one per
 chosen flush start, holding the events the zombie had read when it flushed (a prefix of
 the log from that start, possibly longer than the live flush: it read on). Whatever the
 zombie wrote, every read the engine makes (``read_range``, and ``files_for_range`` as both
@@ -48,8 +49,11 @@ def pos_of(events, i: int) -> Position:
 def test_a_zombie_tails_segments_change_no_read(tmp_path_factory, case, data):
     events, live, zombies = case
     store = EventStore(str(tmp_path_factory.mktemp("store")), "src")
-    for start, end in live:
-        store.write_log_segment(T, pos_of(events, start), events[start:end], "7")
+    for start, end in live:   # a flush, maybe in parts (a transaction written as it was read)
+        cuts = sorted(data.draw(st.sets(st.integers(start + 1, end - 1), max_size=2), label="parts")) \
+            if end - start > 1 else []
+        for part, (a, b) in enumerate(zip([start, *cuts], [*cuts, end])):
+            store.write_log_segment(T, pos_of(events, start), events[a:b], "7", part=part)
     for start, end in zombies:   # the zombie's fencing number is older: 6
         store.write_log_segment(T, pos_of(events, start), events[start:end], "6")
     checkpoint = pos_of(events, len(events))

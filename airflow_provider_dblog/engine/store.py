@@ -2,8 +2,10 @@
 
 Layout under ``<root>/events/<source>/<db.table>/``:
 
-* ``log-<checkpoint>.<writer>.parquet``: the tail's log events of one flush, named by the
-  checkpoint the flush started from and by the writing tail's fencing number. A tail
+* ``log-<checkpoint>.<writer>[.<part>].parquet``: the tail's log events of one flush, named
+  by the checkpoint the flush started from and by the writing tail's fencing number (and
+  a part number: a transaction larger than a flush is written in parts as it is read,
+  all named by the flush's start, so every file starts at a commit point). A tail
   deletes the files at or past its checkpoint when it starts (a flush that never
   committed). A tail paused past its lease (a zombie) may still write a file after
   another tail took over from the same checkpoint: its own name keeps it from replacing
@@ -45,11 +47,12 @@ def _file_pos(name: str) -> Position:
     raise ValueError(f"not an event file: {name}")
 
 
-def log_segment_name(checkpoint: Position, writer: str) -> str:
-    """``log-<checkpoint>.<writer>.parquet``; ``writer``: the tail's fencing number."""
+def log_segment_name(checkpoint: Position, writer: str, part: int = 0) -> str:
+    """``log-<checkpoint>.<writer>.parquet``; ``writer``: the tail's fencing number; a
+    ``part`` after the first (a transaction written as it was read) adds ``.<part>``."""
     if not writer.isalnum():
         raise ValueError(f"segment writer must be alphanumeric, not {writer!r}")
-    return f"{LOG_PREFIX}{checkpoint.encode()}.{writer}{SUFFIX}"
+    return f"{LOG_PREFIX}{checkpoint.encode()}.{writer}{f'.{part}' if part else ''}{SUFFIX}"
 
 
 class EventStore:
@@ -107,8 +110,8 @@ class EventStore:
         self.fs.move(tmp, path)  # atomic rename on local and HDFS
 
     def write_log_segment(self, table: TableSchema, checkpoint: Position, events: list[Event],
-                          writer: str) -> str:
-        path = posixpath.join(self.table_dir(table.qualified), log_segment_name(checkpoint, writer))
+                          writer: str, part: int = 0) -> str:
+        path = posixpath.join(self.table_dir(table.qualified), log_segment_name(checkpoint, writer, part))
         self._write_atomic(path, events_to_arrow(table, events))
         return path
 
@@ -179,8 +182,12 @@ class EventStore:
         """Files that may hold events with lo < pos < hi.
 
         A log file holds positions from its name up to the next log file's name (a later
-        start: files with the same start, one a zombie tail's, are all read, and their
-        duplicates dropped); a snapshot file holds its HW position plus row indexes.
+        start: files with the same start, a transaction's parts or a zombie tail's file,
+        are all read, and duplicates dropped); a snapshot file holds its HW position plus
+        row indexes. Every log file starts at a commit point (a checkpoint), and a live
+        tail's file ends at the next one, so no file of any writer starts inside another's
+        range: a file skipped as "before lo" holds nothing at or past lo that the live
+        tail's files do not.
         """
         logs, snaps = [], []
         for info in self._files(self.table_dir(table)):

@@ -26,13 +26,13 @@ from .schema import TableSchema
 from .sources.base import RowChange, Source, TxnEnd, WatermarkSeen
 from .errors import LogGapError, SourceUnavailableError, StateLostError
 from .recovery import earlier_history, log_gap_message, state_lost_message
+from .retry import count_retry, pause_s, redis_is_transient
 from .state import Checkpoint, RedisState
 from .store import EventStore
 
 log = logging.getLogger(__name__)
 
 FULL_GC_EVERY_S = 30.0  # while the tail runs, cyclic garbage is collected by hand (see _loop)
-RETRY_FIRST_PAUSE_S, RETRY_MAX_PAUSE_S = 0.5, 15.0  # the backoff after a connection error
 
 
 @dataclass
@@ -122,21 +122,17 @@ class Tail:
                     raise SourceUnavailableError(
                         f"tail of {self.state.source}: gave up after {failures} failed attempt(s) over {down:.0f}s "
                         f"(tail.retry_for_s {self.config.retry_for_s:.0f}): {type(e).__name__}: {e}") from e
-                pause = min(RETRY_MAX_PAUSE_S, RETRY_FIRST_PAUSE_S * 2 ** (failures - 1))
+                pause = pause_s(failures)
                 log.warning("tail of %s: %s: %s; attempt %d failed, %.0fs into the outage; starting again from "
                             "the checkpoint in %.1fs", self.state.source, type(e).__name__, e, failures, down, pause)
                 self.source.close()  # its connections are dead: the next use opens new ones
-                try:
-                    self.state.incr("tail_retries")  # for `dblog status` (not while Redis is the one away)
-                except redis.RedisError:
-                    pass
+                count_retry(self.state, "tail_retries")  # for `dblog status`
                 deadline = time.monotonic() + pause
                 while time.monotonic() < deadline and not stop():
                     time.sleep(0.1)
 
     def _is_transient(self, error: BaseException) -> bool:
-        return isinstance(error, (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError)) \
-            or self.source.is_transient(error)
+        return redis_is_transient(error) or self.source.is_transient(error)
 
     def _session(self, stats: TailStats, clock: dict[str, float], max_seconds: float | None,
                  max_events: int | None, should_stop: Callable[[], bool], wait_lease: float) -> None:
@@ -226,22 +222,37 @@ class Tail:
         last_flush = last_renew = last_full_gc = time.monotonic()
         last_ts = 0
         progress = _Progress(self.state.source, self.config.progress_seconds, started)
+        writer = token.rsplit("|", 1)[1]  # in the segment names (store.py: a zombie's files)
+        # a transaction larger than flush_events is written in parts as it is read (memory
+        # stays bounded): part files of the batch's start, invisible to readers until the
+        # commit moves the checkpoint past them, deleted by the next tail if it never does
+        parts = 0                                   # part files written at batch_start
+        spilled: dict[str, int] = defaultdict(int)  # the open transaction's events in them
 
         def out_of_budget() -> bool:
             return (should_stop() or (max_seconds is not None and time.monotonic() - started >= max_seconds)
                     or (max_events is not None and stats.events + n_batch >= max_events))
 
+        def renew() -> None:
+            nonlocal last_renew
+            self.state.renew_lease(token, self.config.lease_seconds)
+            last_renew = time.monotonic()
+
+        def write(events_by_table) -> None:
+            nonlocal parts
+            for table, events in events_by_table.items():
+                self.store.write_log_segment(self.schemas[table], batch_start, events, writer, part=parts)
+            parts += 1
+
         def flush() -> None:
-            nonlocal batch, marks, n_batch, committed, batch_start, last_flush
+            nonlocal batch, marks, n_batch, committed, batch_start, last_flush, parts
             if committed is None:
                 return
             pos, res = committed
             # a tail paused past its lease stops here, before it writes; one paused between
             # this renewal and its writes is what the writer in the file name is for (store.py)
-            self.state.renew_lease(token, self.config.lease_seconds)
-            writer = token.rsplit("|", 1)[1]
-            for table in batch:  # (no loop variable left holding a table's events)
-                self.store.write_log_segment(self.schemas[table], batch_start, batch[table], writer)
+            renew()
+            write(batch)  # (no loop variable left holding a table's events)
             self.state.commit(token, pos, res, marks, n_batch)
             self.source.confirm(res)  # only now may the source release its log before pos
             stats.events += n_batch
@@ -251,8 +262,23 @@ class Tail:
                 stats.per_table[table] += len(batch[table])
             if last_ts:
                 stats.lag_s = max(0.0, time.time() - last_ts / 1000)
-            batch, marks, n_batch, committed = defaultdict(list), [], 0, None
+            batch, marks, n_batch, committed, parts = defaultdict(list), [], 0, None, 0
             batch_start, last_flush = pos, time.monotonic()
+            collect_garbage()
+
+        def spill() -> None:
+            nonlocal pending
+            flush()  # the transactions before this one: committed, so the parts start at a commit point
+            renew()
+            by_table: dict[str, list[Event]] = defaultdict(list)
+            for e in pending:
+                by_table[e.table].append(e)
+            write(by_table)
+            for table, events in by_table.items():
+                spilled[table] += len(events)
+            log.info("tail %s: a transaction of over %d events so far: written in %d part(s) before its commit",
+                     self.state.source, sum(spilled.values()), parts)
+            pending = []
             collect_garbage()
 
         def collect_garbage() -> None:
@@ -271,6 +297,8 @@ class Tail:
         for item in self.source.read_log(resume, lambda: stop or out_of_budget()):
             if item.__class__ is RowChange or isinstance(item, RowChange):
                 pending.append(item.event)
+                if len(pending) > self.config.flush_events:
+                    spill()
                 continue
             if isinstance(item, WatermarkSeen):
                 pending_marks.append((item.value, item.pos))
@@ -279,14 +307,19 @@ class Tail:
                 for e in pending:
                     batch[e.table].append(e)
                     last_ts = e.source_ts or last_ts
-                n_batch += len(pending)
+                n_batch += len(pending) + sum(spilled.values())
+                for table, n in spilled.items():
+                    stats.per_table[table] += n
+                spilled.clear()
                 marks += pending_marks
                 pending, pending_marks = [], []
                 committed = (item.pos, item.resume)
                 # flush on a watermark at once: a dump is waiting for its window
                 if marks or n_batch >= self.config.flush_events:
                     flush()
-            elif pending:  # Idle inside a transaction: keep reading
+            elif pending or spilled:  # Idle inside a transaction: keep reading, and the lease
+                if time.monotonic() - last_renew >= self.config.lease_seconds / 3:
+                    renew()
                 continue
             now = time.monotonic()
             if now - last_flush >= self.config.flush_seconds:
@@ -294,8 +327,7 @@ class Tail:
                 last_flush = now
             progress.maybe_report(stats, batch_start)   # idle or busy: the source yields every heartbeat
             if now - last_renew >= self.config.lease_seconds / 3:
-                self.state.renew_lease(token, self.config.lease_seconds)
-                last_renew = now
+                renew()
                 self._close_abandoned_windows()
             if out_of_budget():
                 break

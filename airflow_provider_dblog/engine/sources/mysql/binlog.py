@@ -72,6 +72,7 @@ class StreamSettings:
     server_id: int
     heartbeat_s: float
     read_timeout_s: float
+    stream_txn_after: int = 10_000  # a transaction's changes held before they are given out early
 
 
 class BinlogReader:
@@ -79,7 +80,10 @@ class BinlogReader:
 
     The open transaction's row changes are held and given out at its commit: a
     ROLLBACK (a transaction that also wrote a non-transactional table is logged,
-    then rolled back) or a ROLLBACK TO SAVEPOINT drops those of transactional tables."""
+    then rolled back) or a ROLLBACK TO SAVEPOINT drops those of transactional tables.
+    Past ``stream_txn_after`` held changes (and while no savepoint is set) they are given
+    out early, so that a large transaction is never held whole (the tail writes it in
+    parts, invisible until its TxnEnd); a ROLLBACK of such a transaction fails closed."""
 
     def __init__(self, settings: StreamSettings, tables: dict[str, CapturedTable],
                  watermark_table: str, resume: dict):
@@ -92,6 +96,7 @@ class BinlogReader:
         self.in_txn = False          # between BEGIN and its commit
         self.captured_in_txn = 0     # rows of watched tables in the open transaction
         self.txn: list[Event] = []
+        self.streamed = 0            # changes of the open transaction already given out
         self.savepoints: dict[str, int] = {}
         self.converters: dict[str, RowConverter] = {}
         self.connects = 0
@@ -152,7 +157,7 @@ class BinlogReader:
 
     def _commit(self, offset: int) -> Iterator[LogItem]:
         """The open transaction's changes, then its end."""
-        out, self.txn = self.txn, []
+        out, self.txn, self.streamed = self.txn, [], 0
         self.savepoints.clear()
         self.in_txn, self.captured_in_txn = False, 0
         yield from (RowChange(e) for e in out)
@@ -160,6 +165,13 @@ class BinlogReader:
 
     def _roll_back(self, since: int) -> None:
         """Drop the changes of transactional tables from the ``since``-th on."""
+        if self.streamed and since == 0 and any(t.transactional for t in self.tables.values()):
+            raise DBLogError(
+                f"a transaction of over {self.streamed} row changes was rolled back after its changes were "
+                f"given out (a ROLLBACK logged because it also wrote a non-transactional table): the tail "
+                f"cannot take them back, so it stops here. Such a transaction (over "
+                f"{self.settings.stream_txn_after} changes, rolled back, mixing engines) is not supported: "
+                "`dblog reset --confirm` the source (a re-dump)")
         self.txn = self.txn[:since] + [e for e in self.txn[since:]
                                        if not self.tables[e.table].transactional]
 
@@ -244,6 +256,10 @@ class BinlogReader:
             # (uncommitted) transaction, so checking here loses nothing
             if self._hold_changes(table, ev, kind) and self.should_stop():
                 self.stopped = True
+            if len(self.txn) >= self.settings.stream_txn_after and not self.savepoints:
+                out, self.txn = self.txn, []
+                self.streamed += len(out)
+                yield from (RowChange(e) for e in out)
 
     def _watermarks(self, ev: Any, kind: str) -> Iterator[LogItem]:
         start = ev.packet.log_pos - ev.packet.event_size
