@@ -13,7 +13,7 @@ import json
 import random
 import threading
 import time
-
+from concurrent.futures import ThreadPoolExecutor
 
 from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.dump import DumpRunner
@@ -116,12 +116,16 @@ def test_full_dump_with_concurrent_writer_converges(src_db, make_cdc):
                     regressions.append((table, key, before, pos))
                 seen[(table, key)] = pos
 
-    # half the dump, an apply while the writer and the dump are still going, the rest
+    # half the dump; then the rest of it, and meanwhile an apply (the writer going all along):
+    # two spark-submits side by side, as a scheduler would run them, instead of one after
+    # the other (the apply's frontier stops below any window the dump has open)
     first = cdc.dump_spark(rid, max_chunks=3)
     assert first["status"] == "paused" and first["chunks"] == 3
-    cdc.apply()
-    check_positions()
-    rest = cdc.dump_spark(rid)
+    with ThreadPoolExecutor(1) as pool:
+        rest_of_dump = pool.submit(cdc.dump_spark, rid)
+        cdc.apply()
+        check_positions()
+        rest = rest_of_dump.result()
     assert rest["status"] == "done"
     cdc.apply()
     check_positions()
