@@ -13,8 +13,9 @@ import json
 import random
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-
+from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.targets import target_table_name
@@ -115,12 +116,16 @@ def test_full_dump_with_concurrent_writer_converges(src_db, make_cdc):
                     regressions.append((table, key, before, pos))
                 seen[(table, key)] = pos
 
-    # half the dump, an apply while the writer and the dump are still going, the rest
+    # half the dump; then the rest of it, and meanwhile an apply (the writer going all along):
+    # two spark-submits side by side, as a scheduler would run them, instead of one after
+    # the other (the apply's frontier stops below any window the dump has open)
     first = cdc.dump_spark(rid, max_chunks=3)
     assert first["status"] == "paused" and first["chunks"] == 3
-    cdc.apply()
-    check_positions()
-    rest = cdc.dump_spark(rid)
+    with ThreadPoolExecutor(1) as pool:
+        rest_of_dump = pool.submit(cdc.dump_spark, rid)
+        cdc.apply()
+        check_positions()
+        rest = rest_of_dump.result()
     assert rest["status"] == "done"
     cdc.apply()
     check_positions()
@@ -150,7 +155,10 @@ def test_key_list_dump_reports_missing_and_repairs_target(src_db, make_cdc):
     rid = cdc.request(DumpSpec("all", []))
     assert cdc.dump_spark(rid)["status"] == "done"
     cdc.drain()
-    cdc.apply()
+    # set-up: the target as the full dump leaves it, applied in-process (the same stage and
+    # merge, engine/apply_batch.py; the Spark apply of a full dump is the test above); the
+    # repair under test, below, is applied on Spark
+    run_apply(cdc.cfg, "tgt", via="local")
     assert cdc.compare("items").equal
     # corrupt the target: a changed row, a deleted row, a row that never existed
     schema = cdc.source.table_schema(f"{db}.items")

@@ -6,10 +6,13 @@ target must hold what the source holds:
 
 * a log insert, then a log update (each row takes another row's values; PostgreSQL's
   large ``big`` column is left alone, so the log carries it as an unchanged TOAST value);
-* a full dump (Spark JDBC range chunks) and a key-list dump (bound selects), each into
-  emptied targets: the snapshot event is every key's latest, so the values come from it;
+* a full dump (Spark JDBC range chunks) of table ``dumped`` and a key-list dump (bound
+  selects) of table ``keyed``: both filled before the tail started, so the log carries none
+  of their rows and every value in a target can only have come from the dump's snapshot;
 * after every step, both apply paths: target ``local`` (in-process, COPY) and target
-  ``spark`` (spark-submit of apply_job).
+  ``spark`` (spark-submit of apply_job). The dumps run with the log update, so one apply
+  per path takes all three tables (apply_job runs the same ``apply_table`` per table):
+  two Spark applies instead of four, each table's target rows written by one path only.
 
 The comparison is in each database's own text form, read with SQL on both sides
 (``SOURCE_TEXT`` / ``TARGET_TEXT``): PostgreSQL to PostgreSQL, ``format('%s', col)``
@@ -29,7 +32,7 @@ import pytest
 from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.requests import DumpSpec
-from airflow_provider_dblog.engine.targets import PostgresTarget, target_table_name
+from airflow_provider_dblog.engine.targets import target_table_name
 
 from helpers import POSTGRES_PORT, pg_connect, unique
 
@@ -166,6 +169,9 @@ PG_TEXT = {c: ("format('%s', {c})", "format('%s', {c})") for c, _ in PG_COLUMNS}
 PG_SESSION = ("SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET TimeZone = 'UTC'; "
               "SET extra_float_digits = 1; SET bytea_output = 'hex'")
 
+# filled before the tail starts, then dumped: by Spark range chunks, by a key list
+DUMPED = ("dumped", "keyed")
+
 MATRIX = {
     "mariadb": (MARIADB_COLUMNS, MARIADB_ROWS, MARIADB_TEXT),
     "postgres": (PG_COLUMNS, PG_ROWS, PG_TEXT),
@@ -241,52 +247,68 @@ class Matrix:
                 for stmt in PG_SETUP:
                     cur.execute(stmt)
             cols = ", ".join(f"{c} {t}" for c, t in self.columns)
-            src_db.create_table(cur, "m", f"id integer PRIMARY KEY, {cols}")
-            src_db.create_table(cur, "vals", f"id integer PRIMARY KEY, {cols}")
+            for name in ("m", *DUMPED, "vals"):
+                src_db.create_table(cur, name, f"id integer PRIMARY KEY, {cols}")
             for row in self.rows:
                 cur.execute(f"INSERT INTO vals VALUES ({', '.join(row)})".replace("%", "%%"), ())
+            # before any tail: the log never carries these rows, only a dump can
+            for name in DUMPED:
+                cur.execute(f"INSERT INTO {name} SELECT * FROM vals")
         spark_db = unique("tgt")
         _hostile_database(spark_db)
-        self.cdc = make_cdc(["m"], targets={"spark_tgt": {
+        self.cdc = make_cdc(["m", *DUMPED], targets={"spark_tgt": {
             "kind": "postgres", "source": "src", "host": "127.0.0.1", "port": POSTGRES_PORT,
             "user": "postgres", "database": spark_db}})
         _hostile_database(self.cdc.cfg.target("tgt").endpoint.database)
-        self.table = f"{self.cdc.db}.m"
-        self.schema = self.cdc.source.table_schema(self.table)
+        self.tables = {name: f"{self.cdc.db}.{name}" for name in ("m", *DUMPED)}
+        self.schemas = {name: self.cdc.source.table_schema(t) for name, t in self.tables.items()}
 
     # -- the paths ------------------------------------------------------------------------
-    def apply_both(self) -> None:
+    def apply_both(self, *names: str) -> None:
+        """Both apply paths, each over every table; ``names`` must each have been applied."""
         local = run_apply(self.cdc.cfg, "tgt", via="local")
-        assert local["tables"][self.table]["status"] in ("applied", "up_to_date"), local
         spark = self.cdc.apply_spark("spark_tgt")
-        assert spark["via"] == "spark" and spark["tables"][self.table]["status"] in ("applied", "up_to_date"), spark
-
-    def empty_targets(self) -> None:
-        for name in ("tgt", "spark_tgt"):
-            with PostgresTarget(self.cdc.cfg.target(name)) as t:
-                t.drop_all()
+        assert spark["via"] == "spark", spark
+        for name in names:
+            assert local["tables"][self.tables[name]]["status"] == "applied", local
+            assert spark["tables"][self.tables[name]]["status"] == "applied", spark
 
     # -- the comparison -------------------------------------------------------------------
-    def source_text(self) -> dict:
+    def source_text(self, name: str) -> dict:
         exprs = ", ".join(self.text[c][0].format(c=self._quote_src(c)) for c, _ in self.columns)
         with self.sdb.cursor() as cur:
             if self.kind == "postgres":
                 cur.execute(PG_SESSION)
             else:
                 cur.execute("SET time_zone = '+00:00'")
-            cur.execute(f"SELECT id, {exprs} FROM m ORDER BY id")
+            cur.execute(f"SELECT id, {exprs} FROM {name} ORDER BY id")
             return {r[0]: self._norm(r[1:]) for r in cur.fetchall()}
 
-    def target_text(self, target: str) -> dict:
+    def target_text(self, target: str, name: str) -> dict:
         tcfg = self.cdc.cfg.target(target)
         exprs = ", ".join(self.text[c][1].format(c=f'"{c}"') for c, _ in self.columns)
         conn = pg_connect(tcfg.endpoint.database)
         try:
             with conn.cursor() as cur:
                 cur.execute(PG_SESSION)
-                cur.execute(f'SELECT id, {exprs} FROM "{tcfg.schema}"."{target_table_name(self.schema)}" '
+                cur.execute(f'SELECT id, {exprs} FROM "{tcfg.schema}"."{target_table_name(self.schemas[name])}" '
                             "ORDER BY id")
                 return {r[0]: self._norm(r[1:]) for r in cur.fetchall()}
+        finally:
+            conn.close()
+
+    def target_rows(self, target: str, name: str) -> int:
+        """Rows of the table in the target (0 when the apply made no table for it)."""
+        tcfg = self.cdc.cfg.target(target)
+        rel = f'"{tcfg.schema}"."{target_table_name(self.schemas[name])}"'
+        conn = pg_connect(tcfg.endpoint.database)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT to_regclass(%s)", (rel,))
+                if cur.fetchone()[0] is None:
+                    return 0
+                cur.execute(f"SELECT count(*) FROM {rel}")
+                return cur.fetchone()[0]
         finally:
             conn.close()
 
@@ -305,46 +327,46 @@ class Matrix:
             out.append(v)
         return tuple(out)
 
-    def target_types(self, target: str) -> dict[str, str]:
+    def target_types(self, target: str, name: str) -> dict[str, str]:
         tcfg = self.cdc.cfg.target(target)
         conn = pg_connect(tcfg.endpoint.database)
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
                             "WHERE a.attrelid = %s::regclass AND a.attnum > 0",
-                            (f'"{tcfg.schema}"."{target_table_name(self.schema)}"',))
+                            (f'"{tcfg.schema}"."{target_table_name(self.schemas[name])}"',))
                 return dict(cur.fetchall())
         finally:
             conn.close()
 
-    def source_types(self) -> dict[str, str]:
+    def source_types(self, name: str) -> dict[str, str]:
         with self.sdb.cursor() as cur:
             cur.execute("SELECT a.attname, format_type(t.typbasetype, t.typtypmod) FROM pg_attribute a "
-                        "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = 'm'::regclass "
+                        "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = %s::regclass "
                         "AND a.attnum > 0 AND t.typtype = 'd' UNION ALL "
                         "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-                        "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = 'm'::regclass "
-                        "AND a.attnum > 0 AND t.typtype IN ('b', 'e')")
+                        "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = %s::regclass "
+                        "AND a.attnum > 0 AND t.typtype IN ('b', 'e')", (name, name))
             return dict(cur.fetchall())
 
-    def check_types(self) -> None:
+    def check_types(self, name: str) -> None:
         """Each column keeps a type users compute with: the source's own (PostgreSQL; an enum
         becomes text, a domain its base type), or its counterpart (MARIADB_TARGET_TYPES)."""
         for target in ("tgt", "spark_tgt"):
-            got = self.target_types(target)
+            got = self.target_types(target, name)
             if self.kind == "mariadb":
                 want = MARIADB_TARGET_TYPES
             else:
-                want = {c: _pg_target_type(t) for c, t in self.source_types().items()}
+                want = {c: _pg_target_type(t) for c, t in self.source_types(name).items()}
                 want["e"] = "text"
             wrong = {c: (t, got.get(c)) for c, t in want.items() if got.get(c) != t}
-            assert not wrong, f"{self.kind} target {target}: column types (want, got): {wrong}"
+            assert not wrong, f"{self.kind} target {target}, table {name}: column types (want, got): {wrong}"
 
-    def check(self, path: str) -> None:
-        want = self.source_text()
+    def check(self, path: str, name: str) -> None:
+        want = self.source_text(name)
         assert len(want) == len(self.rows), want.keys()
         for target in ("tgt", "spark_tgt"):
-            got = self.target_text(target)
+            got = self.target_text(target, name)
             wrong = [(row_id, c, w, g)
                      for row_id in sorted(set(want) | set(got))
                      for (c, _), w, g in zip(self.columns, want.get(row_id, (None,) * len(self.columns)),
@@ -370,9 +392,12 @@ def test_every_value_is_exact_on_every_path(matrix):
     with m.sdb.cursor() as cur:
         cur.execute("INSERT INTO m SELECT * FROM vals")
     cdc.drain()
-    m.apply_both()
-    m.check("a log insert")
-    m.check_types()
+    m.apply_both("m")
+    m.check("a log insert", "m")
+    m.check_types("m")
+    for name in DUMPED:  # nothing of theirs in the log: nothing in a target yet
+        for target in ("tgt", "spark_tgt"):
+            assert not m.target_rows(target, name), (target, name)
 
     # 2. log update: every row takes the values of the next one (PostgreSQL's big column,
     # TOASTed, is not touched: the log sends it as unchanged and the tail keeps it)
@@ -384,23 +409,23 @@ def test_every_value_is_exact_on_every_path(matrix):
         else:
             sets = ", ".join(f'"{c}" = v."{c}"' for c in updated)
             cur.execute(f"UPDATE m SET {sets} FROM vals v WHERE v.id = m.id % {n} + 1")
-    cdc.drain()
-    m.apply_both()
-    m.check("a log update")
 
-    # 3. a full dump on Spark, into emptied targets
-    m.empty_targets()
-    rid = cdc.request(DumpSpec("table", [m.table], chunk_size=2, parallelism=2))
-    assert cdc.dump_spark(rid)["status"] == "done"
-    cdc.drain()
-    m.apply_both()
-    m.check("a full dump")
+    # 3. a full dump on Spark of ``dumped``
+    rid = cdc.request(DumpSpec("table", [m.tables["dumped"]], chunk_size=2, parallelism=2))
+    out = cdc.dump_spark(rid)
+    assert out["status"] == "done", out
+    assert cdc.state.progress(rid, m.tables["dumped"])["rows"] == n
 
-    # 4. a key-list dump (bound selects), into emptied targets
-    m.empty_targets()
-    rid = cdc.request(DumpSpec("keys", [m.table], keys=[[i] for i in range(1, n + 1)], chunk_size=3))
+    # 4. a key-list dump (bound selects) of ``keyed``
+    rid = cdc.request(DumpSpec("keys", [m.tables["keyed"]], keys=[[i] for i in range(1, n + 1)], chunk_size=3))
     DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump).run(rid)
+    assert cdc.state.progress(rid, m.tables["keyed"])["rows"] == n
+
     cdc.drain()
-    m.apply_both()
-    m.check("a key-list dump")
+    m.apply_both("m", *DUMPED)
+    m.check("a log update", "m")
+    m.check("a full dump", "dumped")
+    m.check("a key-list dump", "keyed")
+    for name in DUMPED:
+        m.check_types(name)
     cdc.stop_tail()
