@@ -20,7 +20,7 @@ RUN_ENV := env \
 PYTEST_ARGS ?= -q
 TESTS ?= tests
 
-.PHONY: bootstrap demo test bench airflow servers-start servers-stop servers-status
+.PHONY: bootstrap demo test bench chaos airflow servers-start servers-stop servers-status
 
 bootstrap:
 	$(BOOTSTRAP)
@@ -37,6 +37,11 @@ test: bootstrap
 
 bench: bootstrap
 	cd $(REPO) && $(RUN_ENV) $(PY) -m bench
+
+# the chaos loop (issue 15): CHAOS_ARGS="--minutes 10 --seed 1 --source mariadb"; it stops
+# and starts the private servers, so it holds the tests' lock
+chaos: bootstrap
+	cd $(REPO) && flock /tmp/dblog-tests.lock $(RUN_ENV) $(PY) -m bench.chaos $(CHAOS_ARGS)
 
 servers-start:
 	$(BOOTSTRAP)
