@@ -102,7 +102,7 @@ def _apply_local(config: Config, tcfg: TargetConfig, tables: str | list[str] | N
     scfg = config.source(tcfg.source)
     names = resolve_tables(scfg, tables)
     if schemas is None:
-        schemas = load_schemas(scfg, names, schema_file)
+        schemas = load_schemas(scfg, names, schema_file, config.apply.retry_for_s)
     parts = Wiring(config, scfg.name)
     state, store = parts.state, parts.store
     target = open_target(tcfg)

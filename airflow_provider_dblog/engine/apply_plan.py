@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .config import Config, SourceConfig, TargetConfig
-from .errors import TargetUnavailableError
+from .errors import SourceUnavailableError, TargetUnavailableError
 from .events import DELETE
 from .positions import Position
 from .retry import Retrier, count_retry, redis_is_transient
@@ -53,9 +53,11 @@ def resolve_tables(scfg: SourceConfig, tables: str | list[str] | None) -> list[s
     return [scfg.table(t) for t in tables] if tables else list(scfg.tables)
 
 
-def load_schemas(scfg: SourceConfig, tables: list[str], schema_file: str = "") -> dict[str, TableSchema]:
+def load_schemas(scfg: SourceConfig, tables: list[str], schema_file: str = "",
+                 retry_for_s: float = 0.0) -> dict[str, TableSchema]:
     """The tables' schemas: from ``schema_file`` (JSON ``{db.table: TableSchema.to_dict()}``)
-    if given, else asked from the source."""
+    if given, else asked from the source; the source away: asked again with backoff for up
+    to ``retry_for_s`` (``apply.retry_for_s``: an apply outlives a source restart too)."""
     if schema_file:
         with open(schema_file) as f:
             raw = json.load(f)
@@ -66,8 +68,18 @@ def load_schemas(scfg: SourceConfig, tables: list[str], schema_file: str = "") -
     from .sources import open_source
 
     source = open_source(scfg)
+
+    def ask() -> dict[str, TableSchema]:
+        try:
+            return {t: source.table_schema(t) for t in tables}
+        except Exception:
+            source.close()  # a dead connection: the next attempt opens a new one
+            raise
     try:
-        return {t: source.table_schema(t) for t in tables}
+        if retry_for_s <= 0:
+            return ask()
+        retry = Retrier("apply.retry_for_s", retry_for_s, source.is_transient, SourceUnavailableError)
+        return retry.run(ask, f"schemas of {', '.join(tables)} from source {scfg.name}")
     finally:
         source.close()
 

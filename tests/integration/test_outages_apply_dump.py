@@ -154,6 +154,25 @@ def test_a_target_away_past_retry_for_s_ends_the_apply_with_a_clear_error(src_db
     _equal(cdc)
 
 
+def test_the_apply_rides_out_the_source_stopped_when_it_starts(src_db, make_cdc, caplog):
+    """The apply asks the source for the tables' schemas first: that too is retried (found by
+    the chaos loop: a scheduled apply failed at once while the source was down)."""
+    cdc = _dumped_and_applied(src_db, make_cdc, retry_for_s=120)
+    devenv.stop("mariadb")
+    try:
+        join = _in_thread(lambda: run_apply(cdc.cfg, "tgt", via="local"))
+        _logged(caplog, "from source src", "the apply retrying the schemas")
+    finally:
+        devenv.start("mariadb")
+    result = join()
+    assert result["tables"][f"{cdc.db}.t"]["status"] == "applied", result
+    # (the tail's checkpoint reaches the restarted server's new binlog with its first transaction)
+    _write(src_db, 2 * KEYS + 1, 5)
+    cdc.drain()
+    run_apply(cdc.cfg, "tgt", via="local")
+    _equal(cdc)
+
+
 def test_a_sql_error_is_not_retried(src_db, make_cdc):
     cdc = _dumped_and_applied(src_db, make_cdc, retry_for_s=120)
     tcfg = cdc.cfg.target("tgt")
