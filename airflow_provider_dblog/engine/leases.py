@@ -8,7 +8,12 @@ its client ``r`` and key builder ``k``.
 """
 from __future__ import annotations
 
+import time
+from typing import Callable, TypeVar
+
 from .errors import LeaseLostError
+
+T = TypeVar("T")
 
 # KEYS: lease, fence   ARGV: owner, ttl_ms   -> token or false
 _ACQUIRE = """
@@ -69,3 +74,23 @@ class Leases:
         """Seconds until the held lease expires unless its holder renews it; None: not held."""
         ms = self.r.pttl(self._lease_keys(request)[0])
         return ms / 1000 if ms is not None and ms >= 0 else None
+
+    def wait_for_lease(self, attempt: Callable[[], T], wait_s: float, request: str | None = None,
+                       on_first_wait: Callable[[str | None, float | None], None] = lambda holder, expires: None,
+                       should_stop: Callable[[], bool] = lambda: False) -> T:
+        """``attempt()`` (acquire the lease, or see it free) until it gives something truthy,
+        ``wait_s`` has passed or ``should_stop()``; returns its last answer. Between tries it
+        sleeps until the holder's lease would expire (at most 1 s); ``on_first_wait(holder,
+        expires_in)`` before the first sleep (to say who is waited for)."""
+        deadline = time.monotonic() + wait_s
+        first = True
+        while True:
+            got = attempt()
+            left = deadline - time.monotonic()
+            if got or left <= 0 or should_stop():
+                return got
+            expires = self.lease_expires_in(request)
+            if first:
+                on_first_wait(self.lease_holder(request), expires)
+                first = False
+            time.sleep(max(0.05, min(1.0, left, expires if expires is not None else 1.0)))

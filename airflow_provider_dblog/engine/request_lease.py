@@ -20,7 +20,6 @@ import logging
 import os
 import socket
 import threading
-import time
 
 from .errors import LeaseLostError, RequestBusyError
 from .state import RedisState
@@ -45,12 +44,8 @@ def busy_error(request: str, holder: str | None, expires: float | None, ttl_s: f
 def wait_until_free(state: RedisState, request: str, ttl_s: float, wait_s: float) -> None:
     """Return once no runner holds the request, waiting up to ``wait_s``; else RequestBusyError
     (a check before a Spark start-up: the runner in the job takes the lease itself)."""
-    deadline = time.monotonic() + wait_s
-    while (holder := state.lease_holder(request)) is not None:
-        expires = state.lease_expires_in(request)
-        if time.monotonic() >= deadline:
-            raise busy_error(request, holder, expires, ttl_s)
-        time.sleep(max(0.05, min(1.0, deadline - time.monotonic(), expires if expires is not None else 1.0)))
+    if not state.wait_for_lease(lambda: state.lease_holder(request) is None, wait_s, request):
+        raise busy_error(request, state.lease_holder(request), state.lease_expires_in(request), ttl_s)
 
 
 class RequestLease:
@@ -67,22 +62,14 @@ class RequestLease:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "RequestLease":
-        deadline = time.monotonic() + self.wait_s
-        said = False
-        while True:
-            self.token = self.state.acquire_lease(self.owner, self.ttl_s, request=self.request)
-            if self.token is not None:
-                break
-            holder = self.state.lease_holder(self.request)
-            expires = self.state.lease_expires_in(self.request)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise busy_error(self.request, holder, expires, self.ttl_s)
-            if not said:
-                log.warning("dump request %s is being run by %s; waiting up to %.0fs for its lease",
-                            self.request, holder, self.wait_s)
-                said = True
-            time.sleep(max(0.05, min(1.0, left, expires if expires is not None else 1.0)))
+        self.token = self.state.wait_for_lease(
+            lambda: self.state.acquire_lease(self.owner, self.ttl_s, request=self.request), self.wait_s,
+            self.request, lambda holder, expires: log.warning(
+                "dump request %s is being run by %s; waiting up to %.0fs for its lease",
+                self.request, holder, self.wait_s))
+        if self.token is None:
+            raise busy_error(self.request, self.state.lease_holder(self.request),
+                             self.state.lease_expires_in(self.request), self.ttl_s)
         self._thread = threading.Thread(target=self._renew_loop, name=f"lease-{self.request}", daemon=True)
         self._thread.start()
         return self

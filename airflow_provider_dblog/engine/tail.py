@@ -191,19 +191,12 @@ class Tail:
 
     def _acquire(self, wait_s: float, should_stop: Callable[[], bool]) -> str | None:
         """The lease's fencing token, trying until ``wait_s`` has passed; None if not got."""
-        deadline = time.monotonic() + wait_s
-        said = False
-        while True:
-            token = self.state.acquire_lease(self.owner, self.config.lease_seconds)
-            left = deadline - time.monotonic()
-            if token is not None or left <= 0 or should_stop():
-                return token
-            expires = self.state.lease_expires_in()
-            if not said:
-                log.warning("another tail (%s) holds the lease for %s; waiting up to %.0fs for it. %s",
-                            self.state.lease_holder(), self.state.source, wait_s, _expiry(expires))
-                said = True
-            time.sleep(max(0.05, min(1.0, left, expires if expires is not None else 1.0)))
+        return self.state.wait_for_lease(
+            lambda: self.state.acquire_lease(self.owner, self.config.lease_seconds), wait_s,
+            on_first_wait=lambda holder, expires: log.warning(
+                "another tail (%s) holds the lease for %s; waiting up to %.0fs for it. %s",
+                holder, self.state.source, wait_s, _expiry(expires)),
+            should_stop=should_stop)
 
     def _close_abandoned_windows(self) -> None:
         """A dead runner's window would hold the apply frontier back for the whole source:
