@@ -81,7 +81,11 @@ def test_segment_names_and_the_name_before_writers(tmp_path):
     store.write_log_segment(T, b[0].pos, b, "2")
     end = Position(1, 200, 0)
     assert store.read_range(T, None, end)["pos"].to_pylist() == [e.pos.encode() for e in a + b]
+    table_dir = tmp_path / "events/src/app.t"
+    (table_dir / f"{log_segment_name(b[0].pos, '3')}.tmp-dead").write_bytes(b"half")   # a dead tail's
+    (table_dir / f"snap-{b[0].pos.encode()}{SUFFIX}.tmp-live").write_bytes(b"half")   # a runner writing now
     removed = store.remove_uncommitted_logs(b[0].pos)
+    assert sorted(p.name for p in table_dir.glob("*.tmp-*")) == [f"snap-{b[0].pos.encode()}{SUFFIX}.tmp-live"]
     assert [r.rsplit("/", 1)[-1] for r in removed] == [log_segment_name(b[0].pos, "2")]
     assert store.read_range(T, None, end)["pos"].to_pylist() == [e.pos.encode() for e in a]
     for bad in ("1|2", "", "a.b"):

@@ -149,7 +149,9 @@ class EventStore:
             if base.startswith(LOG_PREFIX) and base.endswith(SUFFIX) and _file_pos(base) >= checkpoint:
                 self.fs.delete_file(info.path)
                 removed.append(info.path)
-            elif ".tmp-" in base:
+            elif ".tmp-" in base and base.startswith(LOG_PREFIX):
+                # a log file half written by a dead tail (or a zombie's, which then fails);
+                # not a dump runner's snapshot being written right now
                 self.fs.delete_file(info.path)
         return removed
 
