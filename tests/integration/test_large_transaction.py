@@ -3,7 +3,8 @@ as it reads it, so its memory stays bounded, and the parts stay invisible until 
 transaction's commit moves the checkpoint past them.
 
 A real `dblog tail` process reads one INSERT ... SELECT of ROWS rows in a single
-transaction, with flush_events 5,000: its peak resident memory (VmHWM) grows by less
+transaction (MariaDB: the binlog reader gives a transaction's changes out early; PostgreSQL:
+the pgoutput assembler does, for a table whose key is not DEFERRABLE), with flush_events 5,000: its peak resident memory (VmHWM) grows by less
 than BOUND_MB over its idle size (held whole, as before, it grew by 441 MB; 2,000,000 rows
 grew it by 46 MB), the table's files at one start are the transaction's parts, and the
 target equals the source after the apply.
@@ -14,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -33,7 +35,7 @@ def _kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} for {pid}")
 
 
-@pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)  # PostgreSQL: see the README's known limits
+@pytest.mark.parametrize("src_db", ["mariadb", "postgres"], indirect=True)
 def test_a_large_transaction_is_tailed_in_bounded_memory(src_db, make_cdc):
     with src_db.cursor() as cur:
         src_db.create_table(cur, "t", "id INT PRIMARY KEY, v VARCHAR(64) NOT NULL")
@@ -42,7 +44,6 @@ def test_a_large_transaction_is_tailed_in_bounded_memory(src_db, make_cdc):
                              "tail", "--seconds", "600"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_until(lambda: tail.poll() is None and cdc.state.checkpoint(), 60, "the tail's first checkpoint")
-        start = cdc.state.checkpoint().pos
         idle_kib = _kib(tail.pid, "VmRSS")
         with src_db.cursor() as cur:   # one statement, one transaction
             cur.execute(f"INSERT INTO t SELECT seq, CONCAT('row-', seq, '-', REPEAT('x', 40)) "
@@ -54,8 +55,10 @@ def test_a_large_transaction_is_tailed_in_bounded_memory(src_db, make_cdc):
         _, err = tail.communicate(timeout=30)
     grown_mb = (peak_kib - idle_kib) / 1024
     assert grown_mb < BOUND_MB, (grown_mb, err.decode()[-2000:])
-    parts = sorted(Path(cdc.store.table_dir(f"{cdc.db}.t")).glob(f"log-{start.encode()}.*"))
-    assert len(parts) >= ROWS // FLUSH_EVENTS, [p.name for p in parts]
+    # the transaction's parts: files of one start (the commit point it began after)
+    names = [p.name for p in Path(cdc.store.table_dir(f"{cdc.db}.t")).glob("log-*")]
+    by_start = Counter(n.split(".", 1)[0] for n in names)
+    assert max(by_start.values()) >= ROWS // FLUSH_EVENTS, sorted(names)
     assert "written in" in err.decode()  # the tail said it wrote a transaction in parts
 
     res = run_apply(cdc.cfg, "tgt", via="local")

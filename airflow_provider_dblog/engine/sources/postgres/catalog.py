@@ -14,9 +14,10 @@ from .column_types import NativeColumn, logical_type
 Query = Callable[[Any, Sequence[Any]], list[tuple]]
 
 
-def load_table(query: Query, table: str, source_name: str) -> tuple[TableSchema, dict[str, NativeColumn], str]:
-    """(schema, native columns by name, pg_class.relreplident) of ``schema.table``,
-    read through ``query(sql, args)``. UnknownTableError if it is not an ordinary table,
+def load_table(query: Query, table: str,
+               source_name: str) -> tuple[TableSchema, dict[str, NativeColumn], str, bool]:
+    """(schema, native columns by name, pg_class.relreplident, whether the primary key is
+    DEFERRABLE) of ``schema.table``, read through ``query(sql, args)``. UnknownTableError if it is not an ordinary table,
     NoPrimaryKeyError without a primary key, SourceSetupError for an unsupported type."""
     nsp, _, name = table.partition(".")
     rel = query(
@@ -50,6 +51,8 @@ def load_table(query: Query, table: str, source_name: str) -> tuple[TableSchema,
         "CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) "
         "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
         "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.ord", (oid,))]
+    deferrable = any(r[0] for r in query(
+        "SELECT condeferrable FROM pg_constraint WHERE conrelid = %s AND contype = 'p'", (oid,)))
     columns, native = [], {}
     for cname, tname, formatted, notnull, category, base_oid, att_oid, builtin in cols:
         try:
@@ -60,4 +63,4 @@ def load_table(query: Query, table: str, source_name: str) -> tuple[TableSchema,
                                      int(base_oid), int(att_oid))
         columns.append(Column(cname, logical, not notnull))
     schema = TableSchema(nsp, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
-    return schema, native, replident
+    return schema, native, replident, deferrable

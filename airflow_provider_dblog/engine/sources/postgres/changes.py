@@ -5,9 +5,13 @@
   known as the changes arrive. A transaction ends (TxnEnd) at its Commit's end LSN,
   which is where a restart resumes: the server skips every transaction whose commit
   record starts before it.
-- A transaction's row changes are given out at its Commit; when it touched a key twice
-  (which may have held two rows at once: a DEFERRABLE key) they go out as one final
-  change per key (engine/netting.py).
+- A transaction's row changes are given out at its Commit, or early, STREAM_TXN_AFTER at
+  a time, so that a large transaction is never held whole (the tail writes it in parts;
+  pgoutput v1 sends only committed transactions, so nothing given out is taken back).
+- Except under a DEFERRABLE primary key, where two rows may share a key inside the
+  transaction: such a table's changes are held to the Commit, and when a key was
+  touched twice they go out as one final change per key (engine/netting.py). A large
+  transaction on such a table is held whole (the README's known limits).
 - A write of the watermark row is given out at once, as WatermarkSeen.
 - Fail closed: a Relation message that differs from the captured schema, a TRUNCATE
   of a captured table (row_images.py refuses what a change itself lacks).
@@ -29,6 +33,8 @@ from .lsn import int_to_lsn
 from .pgoutput_messages import (Begin, Commit, Delete, Insert, Relation, StreamAbort, StreamCommit,
                                 StreamStart, StreamStop, Truncate, Update)
 from .row_images import key_getter, keyed, old_new, row_values, tuple_text
+
+STREAM_TXN_AFTER = 10_000   # a transaction's changes held before they are given out early
 
 
 def check_relation(rel: Relation, schema: TableSchema, native: dict[str, NativeColumn]) -> None:
@@ -53,17 +59,21 @@ class TransactionAssembler:
     """The open transaction of the stream, fed one decoded message at a time."""
 
     def __init__(self, schemas: dict[str, TableSchema], natives: dict[str, dict[str, NativeColumn]],
-                 watermark_table: str):
+                 watermark_table: str, deferrable: set[str] = frozenset(),
+                 stream_after: int = STREAM_TXN_AFTER):
         self.schemas = schemas
         self.natives = natives
         self.watermark_table = watermark_table
+        self.deferrable = deferrable        # tables whose primary key is DEFERRABLE
+        self.stream_after = stream_after
         # relation oid -> (captured table, its schema, Relation, column converters, key getter)
         self.relations: dict[int, tuple] = {}
         self.in_txn = False
         self.commit_lsn = self.seq = self.ts = 0
-        # the open transaction's row changes, the keys it touched, and whether one was
-        # touched twice (engine/netting.py)
+        # the open transaction's row changes not yet given out; those of tables with a
+        # DEFERRABLE key, the keys they touched, and whether one was touched twice
         self.txn: list[Event] = []
+        self.held: list[Event] = []
         self.touched: set = set()
         self.shared = False
 
@@ -89,27 +99,46 @@ class TransactionAssembler:
             changes: tuple = ((INSERT, key, None, after, why),)
         else:
             changes = old_new(m, rel, convs, schema, key_of, commit_lsn)
+        held = table in self.deferrable
+        out = self.held if held else self.txn
         for op, key, before, after, why in changes:
-            self.txn.append(Event(table, op, key, before, after,
-                                  Position(0, commit_lsn, self.seq), self.ts, why))
-            self.shared = self.shared or needs_netting(self.touched, table, key)
+            out.append(Event(table, op, key, before, after,
+                             Position(0, commit_lsn, self.seq), self.ts, why))
+            if held:
+                self.shared = self.shared or needs_netting(self.touched, table, key)
             self.seq += 1
         return None
+
+    def early(self) -> Iterator[RowChange]:
+        """The open transaction's changes so far (but those held for netting), once it
+        holds ``stream_after``: it is never held whole."""
+        if len(self.txn) >= self.stream_after:
+            out, self.txn = self.txn, []
+            for e in out:
+                yield RowChange(e)
 
     def begin(self, m: Begin) -> None:
         self.in_txn, self.commit_lsn, self.seq = True, m.final_lsn, 0
         self.ts = int(m.commit_ts.timestamp() * 1000)
-        self.txn, self.touched, self.shared = [], set(), False
+        self.txn, self.held, self.touched, self.shared = [], [], set(), False
 
     def commit(self, m: Commit) -> Iterator[LogItem]:
-        """The transaction's row changes (netted if a key was touched twice), then its TxnEnd."""
+        """The transaction's row changes, those held netted if a key was touched twice,
+        then its TxnEnd."""
         if not self.in_txn or m.commit_lsn != self.commit_lsn:
             raise DBLogError(f"pgoutput Commit at {int_to_lsn(m.commit_lsn)} does not "
                              "match its Begin; restart from the last checkpoint")
         self.in_txn = False
-        txn, self.txn = self.txn, []
-        for e in (net_changes(txn) if self.shared else txn):
+        txn, held, self.txn, self.held = self.txn, self.held, [], []
+        for e in txn:
             yield RowChange(e)
+        if self.shared:
+            # numbered past every position of the transaction: some may be written already
+            for i, e in enumerate(net_changes(held)):
+                yield RowChange(e._replace(pos=Position(0, self.commit_lsn, self.seq + i)))
+        else:
+            for e in held:
+                yield RowChange(e)
         yield TxnEnd(Position(0, m.end_lsn, 0), {"lsn": int_to_lsn(m.end_lsn)})
 
     def relation(self, m: Relation) -> None:

@@ -62,6 +62,7 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
     def __init__(self, config: SourceConfig):
         super().__init__(config)
         self._replident: dict[str, str] = {}
+        self._deferrable: dict[str, bool] = {}
         self._slot: SlotAndPublication | None = None
 
     def __repr__(self) -> str:
@@ -122,9 +123,16 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         self.table_schema(table)
         return self._replident[table]
 
+    def key_deferrable(self, table: str) -> bool:
+        """Whether the table's primary key is DEFERRABLE (two rows may share a key inside
+        a transaction), as last read."""
+        self.table_schema(table)
+        return self._deferrable[table]
+
     def _load_schema(self, table: str) -> None:
-        schema, native, replident = load_table(self._query, table, self.name)
-        self._schemas[table], self._native[table], self._replident[table] = schema, native, replident
+        schema, native, replident, deferrable = load_table(self._query, table, self.name)
+        self._schemas[table], self._native[table] = schema, native
+        self._replident[table], self._deferrable[table] = replident, deferrable
 
     # -- chunks ------------------------------------------------------------------
     def _key_types(self, table: TableSchema) -> list[str]:

@@ -61,7 +61,8 @@ class LogStream:
         slot.await_free(start_lsn)
         txns = TransactionAssembler({t: src.table_schema(t) for t in src.tables},
                                     {t: src.native_columns(t) for t in src.tables},
-                                    src.watermark_table)
+                                    src.watermark_table,
+                                    {t for t in src.tables if src.key_deferrable(t)})
         conn = self._connect()
         cur = conn.cursor()
         slot.confirm(start_lsn)
@@ -110,6 +111,8 @@ class LogStream:
                     seen = txns.change(m)
                     if seen is not None:
                         yield seen
+                    elif len(txns.txn) >= txns.stream_after:
+                        yield from txns.early()
                 elif cls is Commit:
                     tick = 0
                     last_end = max(last_end, m.end_lsn)
