@@ -234,7 +234,13 @@ class Tail:
         def write(events_by_table) -> None:
             nonlocal parts
             for table, events in events_by_table.items():
-                self.store.write_log_segment(self.schemas[table], batch_start, events, writer, part=parts)
+                try:
+                    self.store.write_log_segment(self.schemas[table], batch_start, events, writer, part=parts)
+                except FileNotFoundError:
+                    # a new tail's start swept our half-written file: we are a zombie, and
+                    # the renewal says so (LeaseLostError) instead of a traceback
+                    renew()
+                    raise
             parts += 1
 
         def flush() -> None:

@@ -9,6 +9,10 @@ flushes a longer first segment. Then the zombie goes on (SIGCONT): it writes its
 file for that same checkpoint, and fails at its fenced checkpoint commit. Before writer
 names in segment files the zombie's file replaced the new tail's, and the rows the new
 tail had read after the zombie's were gone from the store, and from the target.
+
+Paused later, once its file's temporary copy is written (``after_tmp``), the zombie finds
+that copy swept by the new tail's start: it says it lost its lease (it used to die with
+a FileNotFoundError traceback) and writes nothing.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from airflow_provider_dblog.engine.apply import run_apply
@@ -35,7 +40,8 @@ def _stopped(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
-def test_a_zombie_tails_late_segment_changes_no_target(src_db, make_cdc, tmp_path):
+@pytest.mark.parametrize("after_tmp", [False, True], ids=["paused-before-its-file", "paused-before-its-rename"])
+def test_a_zombie_tails_late_segment_changes_no_target(src_db, make_cdc, tmp_path, after_tmp):
     with src_db.cursor() as cur:
         src_db.create_table(cur, "t", "id INT PRIMARY KEY, v INT NOT NULL")
     cdc = make_cdc(["t"], tail={"lease_seconds": LEASE_S})
@@ -51,7 +57,7 @@ def test_a_zombie_tails_late_segment_changes_no_target(src_db, make_cdc, tmp_pat
     (zombie_cfg := tmp_path / "zombie.yaml").write_text(yaml.safe_dump(raw))
     marker = tmp_path / "paused-at"
     zombie = subprocess.Popen([sys.executable, str(CRASHING), "tail", "--config", str(zombie_cfg),
-                               "--marker", str(marker), "--pause-at-write", "1"],
+                               "--marker", str(marker), "--pause-at-write", "1"] + ["--after-tmp"] * after_tmp,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_until(lambda: zombie.poll() is None and marker.exists() and _stopped(zombie.pid), 60,
@@ -74,13 +80,16 @@ def test_a_zombie_tails_late_segment_changes_no_target(src_db, make_cdc, tmp_pat
             os.kill(zombie.pid, signal.SIGCONT)
     _, err = zombie.communicate(timeout=60)
     err = err.decode()
-    # it failed at its fenced commit (after its write), with the command's clear error
-    assert zombie.returncode == 2 and "checkpoint not moved" in err and "Traceback" not in err, \
-        (zombie.returncode, err[-3000:])
-    # the zombie did write its late file, next to the new tail's
     table_dir = Path(cdc.store.table_dir(f"{cdc.db}.t"))
     zombie_file = table_dir / log_segment_name(start, zombie_token.rsplit("|", 1)[1])
-    assert zombie_file.exists(), sorted(p.name for p in table_dir.iterdir())
+    files = sorted(p.name for p in table_dir.iterdir())
+    if after_tmp:   # its half-written file swept, it stopped at its rename, with the clear error
+        assert zombie.returncode == 2 and "lost" in err and "Traceback" not in err, (zombie.returncode, err[-3000:])
+        assert not zombie_file.exists() and not any(".tmp-" in f for f in files), files
+    else:   # it failed at its fenced commit (after its write), with the command's clear error
+        assert zombie.returncode == 2 and "checkpoint not moved" in err and "Traceback" not in err, \
+            (zombie.returncode, err[-3000:])
+        assert zombie_file.exists(), files   # the zombie did write its late file, next to the new tail's
     assert taken_over.exists() and taken_over != zombie_file
     assert cdc.state.checkpoint().pos > start   # its commit moved nothing
 
