@@ -112,6 +112,7 @@ class Applier:
         batch = plan_table(self.target, self.store, self.state, self.source_name, schema)
         if batch.result is not None:
             return batch.result | {"via": SPARK}
+        schema = batch.schema   # the version at the batch's end (engine/schema_history.py)
         table, files, lo, hi = schema.qualified, batch.files, batch.lo, batch.hi
         self.spark  # noqa: B018 - start the session outside the batch's timings
         t0 = time.monotonic()

@@ -37,6 +37,7 @@ from .events import DELETE
 from .positions import Position
 from .retry import Retrier, count_retry, redis_is_transient
 from .schema import TableSchema
+from .schema_history import version_at
 from .sweep import sweep_table
 
 log = logging.getLogger(__name__)
@@ -123,18 +124,30 @@ class Batch:
         return self.out | {"status": status, "seconds": round(time.monotonic() - self.started, 3)} | more
 
 
+def batch_schema(store, schema: TableSchema, frontier: Position | None) -> TableSchema:
+    """The table's schema version holding at the batch's end (engine/schema_history.py):
+    the shape the target gets, under which the batch's older files are read. ``schema``
+    (the catalog's) when the tail has recorded none."""
+    if frontier is None:
+        return schema
+    version = version_at(store.schema_versions(schema.qualified), frontier, inclusive=False)
+    return schema if version is None else TableSchema.from_dict(version["schema"])
+
+
 def plan_table(target, store, state, source_name: str, schema: TableSchema) -> Batch:
-    """The table's batch, with the bookkeeping both paths do before staging: create the
-    target table; forget the checkpoint of a target table that was dropped (re-apply from
-    the start); move the checkpoint over a range without events."""
+    """The table's batch, with the bookkeeping both paths do before staging: the schema
+    version at its end; create the target table, or add the columns it lacks; forget the
+    checkpoint of a target table that was dropped (re-apply from the start); move the
+    checkpoint over a range without events."""
     started = time.monotonic()
     table = schema.qualified
+    frontier = state.frontier()
+    schema = batch_schema(store, schema, frontier)
     if target.ensure_table(schema) and target.applied_pos(source_name, schema) is not None:
         # the target table was dropped (by hand): its checkpoint no longer says anything
         log.warning("%s: target table was recreated; re-applying from the start of the log", table)
         target.reset_applied(source_name, schema)
     applied = target.applied_pos(source_name, schema)
-    frontier = state.frontier()
     b = Batch(schema, applied, frontier, started=started)
     b.out = {"from": applied.encode() if applied else None, "to": frontier.encode() if frontier else None,
              "files": 0, "events": 0, "rows": 0, "inserted": 0, "updated": 0, "deleted": 0, "stale": 0}

@@ -38,7 +38,8 @@ import redis
 
 from .chunks import MISSING_SHOWN, ChunkTask, DumpSummary, fail_window, missing_note  # noqa: F401 - re-exported
 from .config import DumpConfig
-from .errors import ConfigError, DumpCancelledError, DumpPausedError, LeaseLostError, SourceUnavailableError
+from .errors import (ChunkShapeChangedError, ConfigError, DumpCancelledError, DumpPausedError, LeaseLostError,
+                     SourceUnavailableError)
 from .keys import encode_scalar
 from .positions import ZERO
 from .reconcile import reconcile
@@ -46,6 +47,7 @@ from .request_lease import RequestLease
 from .requests import DumpSpec, request_or_raise, validate_spec
 from .retry import Retrier, count_retry, redis_is_transient
 from .schema import TableSchema
+from .schema_history import chunk_shape_problem
 from .sources.base import Source
 from .state import RedisState
 from .windows import Window
@@ -79,7 +81,7 @@ class DumpRunner:
         """The source or Redis away (down, restarting, the connection cut), as Redis, the source
         or the chunk reader tell: a retry after a pause may get past it."""
         reader_says = getattr(self.reader, "is_transient", None)
-        return (redis_is_transient(error) or self.source.is_transient(error)
+        return (isinstance(error, ChunkShapeChangedError) or redis_is_transient(error) or self.source.is_transient(error)
                 or bool(reader_says is not None and reader_says(error)))
 
     def _fail_window(self, window: Window, error: BaseException, step: str) -> None:
@@ -333,6 +335,13 @@ class DumpRunner:
         except Exception as e:
             self._fail_window(window, e, "wait_hw")
             raise
+        problem = chunk_shape_problem(self.store.schema_versions(task.table), schema, lw, hw)
+        if problem is not None:
+            # the chunk is redone in the table's new shape (a runner retries it at once)
+            self.source.refresh_schema(task.table)
+            err = ChunkShapeChangedError(f"{problem}: the chunk is selected again in the new shape")
+            self._fail_window(window, err, "reconcile")
+            raise err
         if rows is None:
             # as selected: a Spark chunk's text columns are parsed here (conform_chunk)
             rows = self.source.conform_chunk(schema, self.store.read_chunk(task.request, task.table, window.id))

@@ -41,6 +41,11 @@ class SchemaChangedError(DBLogError):
     """The table's columns or primary key changed under a capture; a re-dump is needed."""
 
 
+class ChunkShapeChangedError(SchemaChangedError):
+    """A dump chunk's table changed shape inside its window, or the runner selected it in a
+    shape other than the one holding at its HW: the chunk is redone in the new shape."""
+
+
 class DumpCancelledError(DBLogError):
     """A dump was cancelled by its cancel flag."""
 

@@ -13,6 +13,8 @@ Layout under ``<root>/events/<source>/<db.table>/``:
   positions, which readers drop as duplicates. (``log-<checkpoint>.parquet``, the
   name before fencing numbers, is still read.)
 * ``snap-<hw position>.parquet``: one window's surviving chunk rows.
+* ``schema-<position>.json``: a schema version of the table, holding from that position
+  on (engine/schema_history.py): what the tail decoded the log with from there.
 
 Files are written to a temporary name and renamed, so a reader never sees half
 a file. Log events are committed only below the tail's checkpoint; readers pass
@@ -23,6 +25,7 @@ Chunk rows selected by a dump (before reconciliation) live in
 """
 from __future__ import annotations
 
+import json
 import posixpath
 import uuid
 from typing import Iterable
@@ -37,6 +40,7 @@ from .positions import Position
 from .schema import TableSchema
 
 LOG_PREFIX, SNAP_PREFIX, SUFFIX = "log-", "snap-", ".parquet"
+SCHEMA_PREFIX, SCHEMA_SUFFIX = "schema-", ".json"
 
 
 def _file_pos(name: str) -> Position:
@@ -115,6 +119,27 @@ class EventStore:
         self._write_atomic(path, events_to_arrow(table, events))
         return path
 
+    def write_schema_version(self, table: str, pos: Position, version: dict) -> str:
+        """A schema version of ``table`` holding from ``pos`` (a source's describe_table),
+        written before any event decoded with it (a replay writes the same name again)."""
+        path = posixpath.join(self.table_dir(table), f"{SCHEMA_PREFIX}{pos.encode()}{SCHEMA_SUFFIX}")
+        self.fs.create_dir(posixpath.dirname(path), recursive=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(json.dumps(version, sort_keys=True).encode())
+        self.fs.move(tmp, path)
+        return path
+
+    def schema_versions(self, table: str) -> list[tuple[Position, dict]]:
+        """The table's schema versions, in position order."""
+        out = []
+        for info in self._files(self.table_dir(table)):
+            name = info.base_name
+            if name.startswith(SCHEMA_PREFIX) and name.endswith(SCHEMA_SUFFIX):
+                with self.fs.open_input_stream(info.path) as f:
+                    out.append((Position.decode(name[len(SCHEMA_PREFIX):-len(SCHEMA_SUFFIX)]), json.loads(f.read())))
+        return sorted(out, key=lambda v: v[0])
+
     def write_snapshot(self, table: TableSchema, hw: Position, data: pa.Table) -> str:
         """``data`` has the event schema (built by the reconciler)."""
         path = posixpath.join(self.table_dir(table.qualified), f"{SNAP_PREFIX}{hw.encode()}{SUFFIX}")
@@ -142,11 +167,17 @@ class EventStore:
             self.fs.delete_dir(path)
 
     def remove_uncommitted_logs(self, checkpoint: Position) -> list[str]:
-        """Log files at or past the checkpoint were written by a flush that never committed."""
+        """Log files at or past the checkpoint were written by a flush that never committed;
+        schema versions past it, by a tail that never got there (the replay records them
+        again, as the catalog then says)."""
         removed = []
         for info in self._files(posixpath.join(self.root, "events", self.source), recursive=True):
             base = info.path.rsplit("/", 1)[-1]
             if base.startswith(LOG_PREFIX) and base.endswith(SUFFIX) and _file_pos(base) >= checkpoint:
+                self.fs.delete_file(info.path)
+                removed.append(info.path)
+            elif (base.startswith(SCHEMA_PREFIX) and base.endswith(SCHEMA_SUFFIX)
+                  and Position.decode(base[len(SCHEMA_PREFIX):-len(SCHEMA_SUFFIX)]) > checkpoint):
                 self.fs.delete_file(info.path)
                 removed.append(info.path)
             elif ".tmp-" in base and base.startswith(LOG_PREFIX):

@@ -23,10 +23,11 @@ from .config import DumpConfig, TailConfig
 from .events import Event
 from .positions import Position
 from .schema import TableSchema
-from .sources.base import RowChange, Source, TxnEnd, WatermarkSeen
-from .errors import LogGapError, SourceUnavailableError, StateLostError
+from .sources.base import RowChange, SchemaChange, Source, TxnEnd, WatermarkSeen
+from .errors import LogGapError, SchemaChangedError, SourceUnavailableError, StateLostError
 from .recovery import earlier_history, log_gap_message, state_lost_message
 from .retry import count_retry, pause_s, redis_is_transient
+from .schema_history import classify, version_at
 from .state import Checkpoint, RedisState
 from .store import EventStore
 
@@ -157,6 +158,7 @@ class Tail:
             removed = self.store.remove_uncommitted_logs(cp.pos)
             if removed:
                 log.info("removed %d uncommitted segment file(s) past %s", len(removed), cp.pos)
+            self._take_schema_versions(cp.pos)
             stats.start = stats.start or cp.pos.encode()  # (the first session's, after an outage)
             # A batch holds ~5 tracked objects per event (tuples, dicts) until its flush, and
             # the automatic cyclic GC sweeps them again and again as they age (a full sweep
@@ -178,6 +180,39 @@ class Tail:
                 pass
         stats.seconds = time.monotonic() - started
         stats.end = self.state.checkpoint().pos.encode()
+
+    def _take_schema_versions(self, checkpoint: Position) -> None:
+        """Decode the log from ``checkpoint`` with each table's schema version that held
+        there (engine/schema_history.py), not the catalog's, which may be past a change
+        still ahead in the log; a table without one gets the catalog's, recorded there."""
+        self.versions: dict[str, dict] = {}
+        for t in self.source.tables:
+            version = version_at(self.store.schema_versions(t), checkpoint)
+            if version is None:
+                version = self.source.describe_table(t)
+                self.store.write_schema_version(t, checkpoint, version)
+            self.schemas[t] = self.source.adopt_table(t, version)
+            self.versions[t] = version
+
+    def _schema_change(self, change: SchemaChange) -> None:
+        """After the reader read a table's new shape (every event before it flushed or in
+        parts): record it as a version from the change's position, or fail closed."""
+        t = change.table
+        version = self.source.describe_table(t)
+        if version == self.versions.get(t):
+            return
+        new = self.source.table_schema(t)
+        diff = classify(self.schemas[t], new, version.get("extra", {}).get("defaults"))
+        if not diff.compatible:
+            err = SchemaChangedError(
+                f"{t} changed at {change.pos} in a way its targets cannot follow: {diff.describe()}. "
+                "Re-dump the table after `dblog reset --confirm` of the source (the tail stops here)")
+            err.tables, err.pos = [t], change.pos
+            raise err
+        self.store.write_schema_version(t, change.pos, version)
+        self.schemas[t], self.versions[t] = new, version
+        log.warning("tail %s: %s changed at %s (%s): its events are decoded with the new shape from here, "
+                    "and the targets follow it", self.state.source, t, change.pos, diff.describe())
 
     def _refuse_lost_state(self, cp: Checkpoint | None) -> None:
         """Fail closed rather than skip changes: no checkpoint though the source was captured
@@ -301,6 +336,14 @@ class Tail:
                 continue
             if isinstance(item, WatermarkSeen):
                 pending_marks.append((item.value, item.pos))
+                continue
+            if isinstance(item, SchemaChange):
+                # no segment mixes two shapes of a table: what came before is written first
+                if pending:
+                    spill()
+                else:
+                    flush()
+                self._schema_change(item)
                 continue
             if isinstance(item, TxnEnd):
                 for e in pending:

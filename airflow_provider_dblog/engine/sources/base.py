@@ -41,7 +41,17 @@ class Idle:
     """Nothing new in the log right now (lets the tail flush and check its deadline)."""
 
 
-LogItem = RowChange | WatermarkSeen | TxnEnd | Idle
+@dataclass(frozen=True)
+class SchemaChange:
+    """A captured table's shape changed at ``pos`` (an ALTER TABLE, a new Relation
+    message): the reader decodes its rows from here on with the shape the source now
+    gives (``table_schema``, ``describe_table``). Every change of the table before ``pos``
+    was given out before it; none after."""
+    table: str
+    pos: Position
+
+
+LogItem = RowChange | WatermarkSeen | TxnEnd | Idle | SchemaChange
 
 
 @dataclass(frozen=True)

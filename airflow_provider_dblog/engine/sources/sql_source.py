@@ -7,6 +7,7 @@ range in its dialect), ``to_logical`` (native value -> logical type) and ``needs
 (read through an expression, so key predicates use the raw alias)."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Callable, Sequence
 
@@ -181,6 +182,35 @@ class SqlSource:
     def native_columns(self, table: str) -> dict[str, Any]:
         self.table_schema(table)
         return self._native[table]
+
+    # -- schema versions (engine/schema_history.py) ----------------------------
+    native_type: type   # the source's NativeColumn dataclass (set by the subclass)
+
+    def describe_table(self, table: str) -> dict:
+        """The table's shape as last read, JSON-able: what the log reader needs to decode
+        its rows (a schema version, stored by the tail at the position it holds from)."""
+        schema = self.table_schema(table)
+        return {"schema": schema.to_dict(),
+                "native": [dataclasses.asdict(n) for n in self.native_columns(table).values()],
+                "extra": self._table_extra(table)}
+
+    def adopt_table(self, table: str, desc: dict) -> TableSchema:
+        """Take ``desc`` (a stored :meth:`describe_table`) as the table's shape instead of
+        the catalog's: the log is read from a position where it held."""
+        self.config.table(table)
+        native = {d["name"]: self.native_type(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+                  for d in desc["native"]}
+        with self._lock:
+            self._schemas[table] = TableSchema.from_dict(desc["schema"])
+            self._native[table] = native
+            self._adopt_extra(table, desc.get("extra") or {})
+            return self._schemas[table]
+
+    def _table_extra(self, table: str) -> dict:
+        return {}
+
+    def _adopt_extra(self, table: str, extra: dict) -> None:
+        pass
 
     value_errors: tuple[type[Exception], ...] = ()   # the driver's "not a value of this type"
 

@@ -13,7 +13,7 @@ import hashlib
 from psycopg2 import sql
 
 from ..logical_types import is_text_carried
-from ..schema import TableSchema
+from ..schema import Column, TableSchema
 from ..values import float32, parse_pg_date, parse_pg_timestamp
 
 STATE_TABLE = "dblog_apply_state"
@@ -21,6 +21,20 @@ POS_COLUMN = "_dblog_pos"
 OP_COLUMN = "_dblog_op"
 STAGE_PREFIX = "_dblog_stage__"
 _MAX_IDENT = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
+
+
+# -- columns a schema version added (engine/schema_history.py) ------------------------------
+def add_missing_columns(cur, tid: sql.Composable, regclass: str, table: TableSchema) -> list[Column]:
+    """ALTER TABLE ``tid`` ADD COLUMN for each column of ``table`` it lacks (nullable, as
+    every column but the key's: no existing row needs a value); the columns added."""
+    cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+                "AND NOT attisdropped", (regclass,))
+    have = {r[0] for r in cur.fetchall()}
+    added = [c for c in table.columns if c.name not in have]
+    for c in added:
+        cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(tid, sql.Identifier(c.name),
+                                                                     sql.SQL(c.postgres_type)))
+    return added
 
 
 # -- names ---------------------------------------------------------------------------------

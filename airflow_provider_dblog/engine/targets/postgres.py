@@ -38,7 +38,7 @@ from ..schema import TableSchema
 from ..values import comparable_key, pg_options
 from .pg_copy import copy_rows
 from .pg_errors import is_transient
-from .pg_tables import (OP_COLUMN, POS_COLUMN, STAGE_PREFIX, STATE_TABLE, from_row, json_as_text, qualified_name,
+from .pg_tables import (OP_COLUMN, add_missing_columns, POS_COLUMN, STAGE_PREFIX, STATE_TABLE, from_row, json_as_text, qualified_name,
                         read_list, source_table_name, target_table_name)
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,9 @@ class PostgresTarget:
         return bool(cur.fetchone()[0])
 
     def ensure_table(self, table: TableSchema) -> bool:
-        """Create the target table (and the checkpoint table); True if it was created.
+        """Create the target table (and the checkpoint table), or add the columns it lacks
+        (a schema version added them: engine/schema_history.py; every column but the
+        key's is nullable, so no existing row needs a value); True if it was created.
 
         Runs under the table's advisory lock so concurrent first applies do not race.
         """
@@ -168,6 +170,9 @@ class PostgresTarget:
                 cur.execute(sql.SQL("CREATE TABLE {} ({})").format(
                     self._tid(name), sql.SQL(", ").join(cols)))
                 log.info("created target table %s.%s", self.schema, name)
+            else:
+                for c in add_missing_columns(cur, self._tid(name), self.qualified_stage(name), table):
+                    log.info("target table %s.%s: added column %s %s", self.schema, name, c.name, c.postgres_type)
         return not existed
 
     def create_stage(self, table: TableSchema, stage: str) -> None:

@@ -20,8 +20,8 @@ from ...errors import DBLogError, SchemaChangedError, SourceSetupError
 from ...events import DELETE, INSERT, UPDATE, Event
 from ...positions import Position
 from ...schema import TableSchema
-from ..base import Idle, LogItem, RowChange, TxnEnd, WatermarkSeen
-from .ddl import check_ddl, savepoint_statement
+from ..base import Idle, LogItem, RowChange, SchemaChange, TxnEnd, WatermarkSeen
+from .ddl import altered_table, check_ddl, savepoint_statement
 from .rows import NO_NAMES, RowConverter
 from .types import NativeColumn
 
@@ -86,9 +86,13 @@ class BinlogReader:
     parts, invisible until its TxnEnd); a ROLLBACK of such a transaction fails closed."""
 
     def __init__(self, settings: StreamSettings, tables: dict[str, CapturedTable],
-                 watermark_table: str, resume: dict):
+                 watermark_table: str, resume: dict,
+                 refresh: Callable[[str], CapturedTable] | None = None):
+        """``refresh(table)``: the table's shape read again from the catalog, after an
+        ALTER TABLE of it (then SchemaChange is given out at the statement's position)."""
         self.settings = settings
         self.tables = tables
+        self.refresh = refresh
         self.watermark_table = watermark_table
         self.file = str(resume["file"])
         self.file_no = binlog_file_number(self.file)
@@ -232,6 +236,11 @@ class BinlogReader:
                 db = (ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes)
                       else str(ev.schema or ""))
                 check_ddl(str(ev.query), db, list(self.tables), Position(self.file_no, offset, 0))
+                altered = altered_table(str(ev.query), db)
+                if altered in self.tables and self.refresh is not None:
+                    self.tables[altered] = self.refresh(altered)
+                    self.converters.pop(altered, None)
+                    yield SchemaChange(altered, Position(self.file_no, offset, 0))
             if q == "ROLLBACK":
                 self._roll_back(0)
             yield from self._commit(offset)

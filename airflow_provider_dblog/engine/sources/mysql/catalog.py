@@ -24,6 +24,10 @@ class CatalogTable:
     schema: TableSchema
     native: dict[str, NativeColumn]
     engine: str   # ENGINE, lower case (see TRANSACTIONAL_ENGINES)
+    # the columns that give a row a value of their own: a DEFAULT other than NULL (its SQL
+    # text) or GENERATED (engine/schema_history.py: such a column added has values no
+    # row event carries)
+    defaults: dict[str, str]
 
 
 def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -> CatalogTable:
@@ -39,15 +43,20 @@ def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -
                                 "tables have row events in the binlog")
     cols = query(
         "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, "
-        "NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_OCTET_LENGTH, CHARACTER_SET_NAME "
+        "NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_OCTET_LENGTH, CHARACTER_SET_NAME, "
+        "COLUMN_DEFAULT, EXTRA "
         "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
         "ORDER BY ORDINAL_POSITION", (db, name))
     key = [r[0] for r in query(
         "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
         "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX", (db, name))]
     json_cols = _json_check_columns(query, db, name)
-    columns, native = [], {}
-    for cname, dtype, ctype, nullable, prec, scale, fsp, octets, charset in cols:
+    columns, native, defaults = [], {}, {}
+    for cname, dtype, ctype, nullable, prec, scale, fsp, octets, charset, default, extra in cols:
+        if "GENERATED" in str(extra or "").upper():
+            defaults[cname] = f"GENERATED ({extra})"
+        elif default is not None and str(default).upper() != "NULL":   # MariaDB: 'NULL' = DEFAULT NULL
+            defaults[cname] = str(default)
         dtype, ctype = str(dtype).lower(), str(ctype).lower()
         try:
             logical = logical_type(dtype, ctype, prec, scale, cname in json_cols)
@@ -66,7 +75,7 @@ def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -
                                      zero_as_null=zero_as_null)
         columns.append(Column(cname, logical, nullable == "YES"))
     schema = TableSchema(db, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
-    return CatalogTable(schema, native, str(kind[0][1] or "").lower())
+    return CatalogTable(schema, native, str(kind[0][1] or "").lower(), defaults)
 
 
 def _json_check_columns(query: Query, db: str, name: str) -> set[str]:

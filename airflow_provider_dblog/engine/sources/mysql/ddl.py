@@ -63,6 +63,19 @@ def check_ddl(query: str, default_db: str, tables: Sequence[str], pos: Position)
             raise err
 
 
+_ALTER = re.compile(rf"^\s*(?:/\*.*?\*/\s*)*ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?({_QNAME})",
+                    re.I | re.S)
+
+
+def altered_table(query: str, default_db: str) -> str | None:
+    """The "db.table" an ALTER TABLE statement changes, else None."""
+    m = _ALTER.match(query)
+    if not m:
+        return None
+    parts = [unquote_ident(p) for p in re.split(rf"\s*\.\s*(?={_IDENT})", m.group(1), maxsplit=1)]
+    return f"{parts[0]}.{parts[1]}" if len(parts) == 2 else f"{default_db}.{parts[0]}"
+
+
 def savepoint_statement(query: str) -> tuple[bool, str] | None:
     """``SAVEPOINT s`` -> (False, "s"); ``ROLLBACK [WORK] TO [SAVEPOINT] s`` -> (True, "s");
     any other statement -> None."""

@@ -31,7 +31,7 @@ from .catalog import TRANSACTIONAL_ENGINES, read_table
 from .convert import key_sql_value, to_logical
 from .jdbc import SESSION_TIME_ZONE, jdbc_connection, jdbc_table
 from .sql import BoundParams, key_predicate, quote_ident, quote_table, sql_literal
-from .types import needs_expr, select_expr, text_parsed
+from .types import NativeColumn, needs_expr, select_expr, text_parsed
 
 # what each table problem of ``check`` is fixed by
 class MySQLSource(SqlSource):
@@ -41,6 +41,7 @@ class MySQLSource(SqlSource):
     needs_expr = staticmethod(needs_expr)
     text_parsed = staticmethod(text_parsed)
     dialect = "mysql"
+    native_type = NativeColumn
     value_errors = (pymysql.err.DataError,)
     driver_error = pymysql.MySQLError
     quote_table = staticmethod(quote_table)
@@ -51,6 +52,7 @@ class MySQLSource(SqlSource):
     def __init__(self, config) -> None:
         super().__init__(config)
         self._engines: dict[str, str] = {}
+        self._defaults: dict[str, dict[str, str]] = {}
 
     def __repr__(self) -> str:
         ep = self.config.endpoint
@@ -136,6 +138,14 @@ class MySQLSource(SqlSource):
         self._schemas[table] = found.schema
         self._native[table] = found.native
         self._engines[table] = found.engine
+        self._defaults[table] = found.defaults
+
+    def _table_extra(self, table: str) -> dict:
+        return {"engine": self._engines.get(table), "defaults": self._defaults.get(table, {})}
+
+    def _adopt_extra(self, table: str, extra: dict) -> None:
+        self._engines[table] = extra.get("engine")
+        self._defaults[table] = dict(extra.get("defaults") or {})
 
     def transactional(self, table: str) -> bool:
         """Whether the table's engine rolls back (MyISAM, Aria, MEMORY do not: their rows
@@ -304,4 +314,6 @@ class MySQLSource(SqlSource):
             self.name, self.config.endpoint,
             int(server_id if server_id is not None else self.config.server_id),
             self.heartbeat_s, self.read_timeout_s)
-        yield from BinlogReader(settings, tables, self.watermark_table, resume).read(should_stop)
+        def refresh(table: str) -> CapturedTable:
+            return CapturedTable(self.refresh_schema(table), self.native_columns(table), self.transactional(table))
+        yield from BinlogReader(settings, tables, self.watermark_table, resume, refresh).read(should_stop)

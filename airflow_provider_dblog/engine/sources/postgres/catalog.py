@@ -15,9 +15,10 @@ Query = Callable[[Any, Sequence[Any]], list[tuple]]
 
 
 def load_table(query: Query, table: str,
-               source_name: str) -> tuple[TableSchema, dict[str, NativeColumn], str, bool]:
+               source_name: str) -> tuple[TableSchema, dict[str, NativeColumn], str, bool, dict[str, str]]:
     """(schema, native columns by name, pg_class.relreplident, whether the primary key is
-    DEFERRABLE) of ``schema.table``, read through ``query(sql, args)``. UnknownTableError if it is not an ordinary table,
+    DEFERRABLE, the columns that give a row a value of their own: a DEFAULT (its SQL
+    text) or GENERATED) of ``schema.table``, read through ``query(sql, args)``. UnknownTableError if it is not an ordinary table,
     NoPrimaryKeyError without a primary key, SourceSetupError for an unsupported type."""
     nsp, _, name = table.partition(".")
     rel = query(
@@ -39,8 +40,10 @@ def load_table(query: Query, table: str,
         "format_type(bt.oid, CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END), "
         "a.attnotnull, bt.typcategory, bt.oid, a.atttypid, "
         "bt.typnamespace = 'pg_catalog'::regnamespace AND (bt.typelem = 0 OR "
-        "(et.typnamespace = 'pg_catalog'::regnamespace AND et.typtype = 'b')) "
+        "(et.typnamespace = 'pg_catalog'::regnamespace AND et.typtype = 'b')), "
+        "a.attgenerated, pg_get_expr(d.adbin, d.adrelid) "
         "FROM pg_attribute a "
+        "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
         "JOIN pg_type t ON t.oid = a.atttypid "
         "JOIN pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END "
         "LEFT JOIN pg_type et ON et.oid = bt.typelem "
@@ -53,8 +56,12 @@ def load_table(query: Query, table: str,
         "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.ord", (oid,))]
     deferrable = any(r[0] for r in query(
         "SELECT condeferrable FROM pg_constraint WHERE conrelid = %s AND contype = 'p'", (oid,)))
-    columns, native = [], {}
-    for cname, tname, formatted, notnull, category, base_oid, att_oid, builtin in cols:
+    columns, native, defaults = [], {}, {}
+    for cname, tname, formatted, notnull, category, base_oid, att_oid, builtin, generated, default in cols:
+        if generated:
+            defaults[cname] = f"GENERATED ALWAYS AS ({default})"
+        elif default is not None and default.upper() != "NULL":
+            defaults[cname] = default
         try:
             logical = logical_type(tname, category, formatted, bool(builtin))
         except ValueError as e:
@@ -63,4 +70,4 @@ def load_table(query: Query, table: str,
                                      int(base_oid), int(att_oid))
         columns.append(Column(cname, logical, not notnull))
     schema = TableSchema(nsp, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
-    return schema, native, replident, deferrable
+    return schema, native, replident, deferrable, defaults

@@ -13,21 +13,26 @@
   touched twice they go out as one final change per key (engine/netting.py). A large
   transaction on such a table is held whole (the README's known limits).
 - A write of the watermark row is given out at once, as WatermarkSeen.
-- Fail closed: a Relation message that differs from the captured schema, a TRUNCATE
-  of a captured table (row_images.py refuses what a change itself lacks).
+- A Relation message that differs from the captured schema is a schema change: the
+  table's shape is read again from the catalog (it must then match the message), the
+  transaction's changes so far are given out, and SchemaChange tells the tail that the
+  table's rows are decoded with the new shape from the next change on.
+- Fail closed: a Relation message that the catalog does not match (the table changed
+  again since), a TRUNCATE of a captured table (row_images.py refuses what a change
+  itself lacks).
 
 Nothing here imports Airflow.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ...errors import DBLogError, SchemaChangedError
 from ...events import INSERT, Event
 from ...netting import needs_netting, net_changes
 from ...positions import Position
 from ...schema import TableSchema
-from ..base import LogItem, RowChange, TxnEnd, WatermarkSeen
+from ..base import LogItem, RowChange, SchemaChange, TxnEnd, WatermarkSeen
 from .column_types import NativeColumn, text_converter
 from .lsn import int_to_lsn
 from .pgoutput_messages import (Begin, Commit, Delete, Insert, Relation, StreamAbort, StreamCommit,
@@ -51,8 +56,16 @@ def check_relation(rel: Relation, schema: TableSchema, native: dict[str, NativeC
             problem = f"the type of {', '.join(changed)} changed"
     if problem:
         raise SchemaChangedError(
-            f"{schema.qualified} changed (ALTER TABLE?): {problem}; update the capture's "
-            "schema (restart the tail) and re-dump the table")
+            f"{schema.qualified} changed (ALTER TABLE?): {problem}; re-dump the table "
+            "(`dblog reset` of the source if the tail cannot go on)")
+
+
+def relation_matches(rel: Relation, schema: TableSchema, native: dict[str, NativeColumn]) -> bool:
+    try:
+        check_relation(rel, schema, native)
+        return True
+    except SchemaChangedError:
+        return False
 
 
 class TransactionAssembler:
@@ -60,8 +73,11 @@ class TransactionAssembler:
 
     def __init__(self, schemas: dict[str, TableSchema], natives: dict[str, dict[str, NativeColumn]],
                  watermark_table: str, deferrable: set[str] = frozenset(),
-                 stream_after: int = STREAM_TXN_AFTER):
+                 stream_after: int = STREAM_TXN_AFTER,
+                 refresh: Callable[[str], tuple[TableSchema, dict[str, NativeColumn]]] | None = None):
+        """``refresh(table)``: the table's (schema, native columns) read again from the catalog."""
         self.schemas = schemas
+        self.refresh = refresh
         self.natives = natives
         self.watermark_table = watermark_table
         self.deferrable = deferrable        # tables whose primary key is DEFERRABLE
@@ -141,17 +157,36 @@ class TransactionAssembler:
                 yield RowChange(e)
         yield TxnEnd(Position(0, m.end_lsn, 0), {"lsn": int_to_lsn(m.end_lsn)})
 
-    def relation(self, m: Relation) -> None:
+    def relation(self, m: Relation) -> Iterator[LogItem]:
         """A captured table's Relation (checked against its schema, its column converters
-        built once per message); another table's is ignored."""
+        built once per message; one that differs is a schema change); another table's is
+        ignored."""
         table = f"{m.namespace}.{m.name}"
         if table in self.schemas:
             schema, native = self.schemas[table], self.natives[table]
+            if not relation_matches(m, schema, native) and self.refresh is not None:
+                yield from self._schema_change(table, m)
+                schema, native = self.schemas[table], self.natives[table]
             check_relation(m, schema, native)
             convs = [text_converter(native[c.name]) for c in m.columns]
             self.relations[m.oid] = (table, schema, m, convs, key_getter(schema))
         elif table == self.watermark_table:
             self.relations[m.oid] = (table, None, m, [], None)
+
+    def _schema_change(self, table: str, m: Relation) -> Iterator[LogItem]:
+        """The table's shape read again; the transaction's changes so far given out first
+        (they were decoded with the old one), then SchemaChange at the next change. A
+        catalog that does not match the message (changed again since) fails closed."""
+        if any(e.table == table for e in self.held):
+            raise SchemaChangedError(
+                f"{table} changed (ALTER TABLE) inside a transaction that had changed its rows, under "
+                "a DEFERRABLE key (held for netting): re-dump the table")
+        out, self.txn = self.txn, []
+        for e in out:
+            yield RowChange(e)
+        self.schemas[table], self.natives[table] = self.refresh(table)
+        check_relation(m, self.schemas[table], self.natives[table])
+        yield SchemaChange(table, Position(0, self.commit_lsn, self.seq))
 
     def truncate(self, m: Truncate) -> None:
         hit = [self.relations[o][0] for o in m.relation_oids
@@ -164,14 +199,14 @@ class TransactionAssembler:
             err.tables, err.pos = hit, Position(0, self.commit_lsn, self.seq)
             raise err
 
-    def other(self, m) -> None:
+    def other(self, m) -> Iterator[LogItem]:
         """Begin, Relation, Truncate; a streamed transaction is refused; Origin, Type and
         Message hold nothing to capture."""
         cls = m.__class__
         if cls is Begin:
             self.begin(m)
         elif cls is Relation:
-            self.relation(m)
+            yield from self.relation(m)
         elif cls is Truncate:
             self.truncate(m)
         elif cls in (StreamStart, StreamStop, StreamCommit, StreamAbort):

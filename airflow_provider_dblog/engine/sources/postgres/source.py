@@ -32,7 +32,7 @@ from ..base import ChunkPlan, LogItem
 from ..sql_source import SELECT_BATCH, SqlSource, raw_key_alias
 from .catalog import load_table
 from .checks import SetupChecks
-from .column_types import needs_expr, select_expr, text_parsed, to_logical
+from .column_types import NativeColumn, needs_expr, select_expr, text_parsed, to_logical
 from .lsn import lsn_to_int
 from .slot import SlotAndPublication
 from .sql import (BoundParams, bound_ident, key_after, key_upto, pg_literal, quote_ident, quote_table,
@@ -54,6 +54,7 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
     needs_expr = staticmethod(needs_expr)
     text_parsed = staticmethod(text_parsed)
     dialect = "postgres"
+    native_type = NativeColumn
     value_errors = (psycopg2.DataError,)
     driver_error = psycopg2.Error
     definition_grant = "grant USAGE on the schema and SELECT on the table"
@@ -63,6 +64,7 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         super().__init__(config)
         self._replident: dict[str, str] = {}
         self._deferrable: dict[str, bool] = {}
+        self._defaults: dict[str, dict[str, str]] = {}
         self._slot: SlotAndPublication | None = None
 
     def __repr__(self) -> str:
@@ -129,10 +131,19 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         self.table_schema(table)
         return self._deferrable[table]
 
+    def _table_extra(self, table: str) -> dict:
+        return {"replident": self._replident[table], "deferrable": self._deferrable[table],
+                "defaults": self._defaults[table]}
+
+    def _adopt_extra(self, table: str, extra: dict) -> None:
+        self._replident[table] = extra.get("replident", "f")
+        self._deferrable[table] = bool(extra.get("deferrable"))
+        self._defaults[table] = dict(extra.get("defaults") or {})
+
     def _load_schema(self, table: str) -> None:
-        schema, native, replident, deferrable = load_table(self._query, table, self.name)
+        schema, native, replident, deferrable, defaults = load_table(self._query, table, self.name)
         self._schemas[table], self._native[table] = schema, native
-        self._replident[table], self._deferrable[table] = replident, deferrable
+        self._replident[table], self._deferrable[table], self._defaults[table] = replident, deferrable, defaults
 
     # -- chunks ------------------------------------------------------------------
     def _key_types(self, table: TableSchema) -> list[str]:

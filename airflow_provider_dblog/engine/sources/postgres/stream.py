@@ -62,7 +62,8 @@ class LogStream:
         txns = TransactionAssembler({t: src.table_schema(t) for t in src.tables},
                                     {t: src.native_columns(t) for t in src.tables},
                                     src.watermark_table,
-                                    {t for t in src.tables if src.key_deferrable(t)})
+                                    {t for t in src.tables if src.key_deferrable(t)},
+                                    refresh=lambda t: (src.refresh_schema(t), src.native_columns(t)))
         conn = self._connect()
         cur = conn.cursor()
         slot.confirm(start_lsn)
@@ -118,6 +119,6 @@ class LogStream:
                     last_end = max(last_end, m.end_lsn)
                     yield from txns.commit(m)
                 else:
-                    txns.other(m)
+                    yield from txns.other(m)
         finally:
             conn.close()
