@@ -11,6 +11,7 @@ import time
 from .engine.config import Config, load_config
 from .engine.requests import ACTIONS, DumpSpec, control_request, parse_spec, runnable_request, validate_spec
 from .engine.errors import DBLogError
+from .engine.quarantine import quarantined
 from .engine.request_lease import wait_until_free
 from .engine.sources import open_source
 from .engine.tail import Tail
@@ -170,6 +171,8 @@ def status(cfg: Config, source_name: str | None = None) -> dict:
         source.close()
     except Exception as e:  # status must work while the source is down
         out["log_head_error"] = str(e)
+    # the tables whose schema change their targets cannot follow: they stop before it (engine/quarantine.py)
+    out["quarantined"] = quarantined(state)
     # per target, the tables whose apply stops before a value no target can hold (apply_plan.held_at)
     out["held"] = {}
     for tcfg in cfg.targets.values():

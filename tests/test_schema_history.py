@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.schema import Column, TableSchema
-from airflow_provider_dblog.engine.schema_history import classify, version_at
+from airflow_provider_dblog.engine.schema_history import as_stored, classify, version_at
 
 
 def table(*columns: tuple, key=("id",)) -> TableSchema:
@@ -51,3 +51,9 @@ def test_the_version_that_holds_at_a_position():
     assert version_at(versions, Position(1, 50, 0)) == {"v": 2}
     assert version_at(versions, Position(1, 50, 0), inclusive=False) == {"v": 1}
     assert version_at(versions, Position(2, 0, 0)) == {"v": 2}
+
+
+def test_a_version_compares_equal_to_itself_read_back():
+    import json
+    described = {"schema": BASE.to_dict(), "native": [{"name": "v", "set_values": ("a", "b")}], "extra": {}}
+    assert as_stored(described) == json.loads(json.dumps(described)) != described

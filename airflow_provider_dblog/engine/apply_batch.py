@@ -75,7 +75,7 @@ def stage_and_merge(target, batch: Batch, flat: pa.Table | Iterable[pa.Table], s
     secs = time.monotonic() - started
     return batch.out | {"rows": res.staged, "inserted": res.inserted, "updated": res.updated,
                         "deleted": res.deleted, "stale": res.stale,
-                        "status": "held" if batch.held else "applied",
+                        "status": batch.status,
                         "seconds": round(secs, 3), "stage_s": round(t_stage, 3),
                         "merge_s": round(t_merge, 3),
                         "rows_per_s": round(batch.events / secs, 1) if secs > 0 else None}

@@ -37,6 +37,7 @@ from .events import DELETE
 from .positions import Position
 from .retry import Retrier, count_retry, redis_is_transient
 from .schema import TableSchema
+from .quarantine import settle
 from .schema_history import version_at
 from .sweep import sweep_table
 
@@ -111,6 +112,12 @@ class Batch:
     result: dict | None = None
     started: float = field(default_factory=time.monotonic)
     held: dict | None = None   # {"at": pos, "error": why}: the batch stops before an uncarried value
+    quarantined: dict | None = None   # engine/quarantine.py: the batch stops before the table's change
+
+    @property
+    def status(self) -> str:
+        """Of a batch that ran: it stopped early for a reason, or it was applied."""
+        return "quarantined" if self.quarantined else "held" if self.held else "applied"
 
     @property
     def lo(self) -> str:
@@ -121,6 +128,8 @@ class Batch:
         return self.frontier.encode()
 
     def finish(self, status: str, **more) -> dict:
+        if self.quarantined:
+            status = "quarantined"
         return self.out | {"status": status, "seconds": round(time.monotonic() - self.started, 3)} | more
 
 
@@ -142,15 +151,22 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     started = time.monotonic()
     table = schema.qualified
     frontier = state.frontier()
+    quarantine = None
+    if frontier is not None:
+        quarantine = settle(target, state, source_name, batch_schema(store, schema, frontier))
+        if quarantine is not None:   # the batch stops before the change, in the shape before it
+            frontier = min(frontier, Position.decode(quarantine["at"]))
     schema = batch_schema(store, schema, frontier)
     if target.ensure_table(schema) and target.applied_pos(source_name, schema) is not None:
         # the target table was dropped (by hand): its checkpoint no longer says anything
         log.warning("%s: target table was recreated; re-applying from the start of the log", table)
         target.reset_applied(source_name, schema)
     applied = target.applied_pos(source_name, schema)
-    b = Batch(schema, applied, frontier, started=started)
+    b = Batch(schema, applied, frontier, started=started, quarantined=quarantine)
     b.out = {"from": applied.encode() if applied else None, "to": frontier.encode() if frontier else None,
              "files": 0, "events": 0, "rows": 0, "inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
+    if quarantine is not None:
+        b.out["quarantined"] = quarantine
     if frontier is None:
         b.result = b.finish("no_frontier")
         return b

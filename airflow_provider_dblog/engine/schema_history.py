@@ -23,6 +23,7 @@ Nothing here imports Airflow.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .positions import Position
@@ -74,6 +75,12 @@ def classify(old: TableSchema, new: TableSchema, defaults: dict[str, object] | N
     if [n for n in new.column_names if n in old_cols] != [n for n in old.column_names if n in new_cols]:
         problems.append("columns were reordered")
     return SchemaDiff(tuple(added), tuple(problems))
+
+
+def as_stored(version: dict) -> dict:
+    """A version as it reads back from the store (JSON: tuples are lists), so a version
+    just described compares equal to the same one read back."""
+    return json.loads(json.dumps(version, sort_keys=True))
 
 
 def version_at(versions: list[tuple[Position, dict]], pos: Position, inclusive: bool = True) -> dict | None:

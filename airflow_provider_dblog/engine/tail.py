@@ -22,12 +22,13 @@ import redis
 from .config import DumpConfig, TailConfig
 from .events import Event
 from .positions import Position
+from .quarantine import quarantine_table
 from .schema import TableSchema
-from .sources.base import RowChange, SchemaChange, Source, TxnEnd, WatermarkSeen
-from .errors import LogGapError, SchemaChangedError, SourceUnavailableError, StateLostError
+from .sources.base import RowChange, SchemaChange, Source, TableBroken, TxnEnd, WatermarkSeen
+from .errors import LogGapError, SourceUnavailableError, StateLostError
 from .recovery import earlier_history, log_gap_message, state_lost_message
 from .retry import count_retry, pause_s, redis_is_transient
-from .schema_history import classify, version_at
+from .schema_history import as_stored, classify, version_at
 from .state import Checkpoint, RedisState
 from .store import EventStore
 
@@ -189,7 +190,7 @@ class Tail:
         for t in self.source.tables:
             version = version_at(self.store.schema_versions(t), checkpoint)
             if version is None:
-                version = self.source.describe_table(t)
+                version = as_stored(self.source.describe_table(t))
                 self.store.write_schema_version(t, checkpoint, version)
             self.schemas[t] = self.source.adopt_table(t, version)
             self.versions[t] = version
@@ -198,21 +199,21 @@ class Tail:
         """After the reader read a table's new shape (every event before it flushed or in
         parts): record it as a version from the change's position, or fail closed."""
         t = change.table
-        version = self.source.describe_table(t)
+        version = as_stored(self.source.describe_table(t))
         if version == self.versions.get(t):
             return
         new = self.source.table_schema(t)
         diff = classify(self.schemas[t], new, version.get("extra", {}).get("defaults"))
         if not diff.compatible:
-            err = SchemaChangedError(
-                f"{t} changed at {change.pos} in a way its targets cannot follow: {diff.describe()}. "
-                "Re-dump the table after `dblog reset --confirm` of the source (the tail stops here)")
-            err.tables, err.pos = [t], change.pos
-            raise err
+            # its targets stop before the change until a re-dump; the tail and the other
+            # tables go on (engine/quarantine.py)
+            quarantine_table(self.state, t, change.pos, f"changed at {change.pos}: {diff.describe()}")
+            version = version | {"quarantined": diff.describe()}
         self.store.write_schema_version(t, change.pos, version)
         self.schemas[t], self.versions[t] = new, version
-        log.warning("tail %s: %s changed at %s (%s): its events are decoded with the new shape from here, "
-                    "and the targets follow it", self.state.source, t, change.pos, diff.describe())
+        if diff.compatible:
+            log.warning("tail %s: %s changed at %s (%s): its events are decoded with the new shape from "
+                        "here, and the targets follow it", self.state.source, t, change.pos, diff.describe())
 
     def _refuse_lost_state(self, cp: Checkpoint | None) -> None:
         """Fail closed rather than skip changes: no checkpoint though the source was captured
@@ -336,6 +337,9 @@ class Tail:
                 continue
             if isinstance(item, WatermarkSeen):
                 pending_marks.append((item.value, item.pos))
+                continue
+            if isinstance(item, TableBroken):   # its targets stop before it (engine/quarantine.py)
+                quarantine_table(self.state, item.table, item.pos, item.why)
                 continue
             if isinstance(item, SchemaChange):
                 # no segment mixes two shapes of a table: what came before is written first

@@ -159,6 +159,11 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
                 self.log.error("%s -> %s: apply held at %s: %s. Fix the value at the source (any "
                                "later change of the row releases it) or re-dump the row.",
                                table, tcfg.name, r["held"]["at"], r["held"]["error"])
+            if r.get("quarantined"):
+                # a schema change its target cannot follow: this table stops before it, the others go on
+                q = r["quarantined"]
+                self.log.error("%s -> %s: quarantined, applied up to %s: %s. To release it, %s.",
+                               table, tcfg.name, q["at"], q["why"], q["fix"])
             if outlet_events is None:
                 continue
             extra = {"target": tcfg.name, "status": r.get("status"), "events": r.get("events"),

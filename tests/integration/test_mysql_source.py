@@ -30,7 +30,7 @@ from airflow_provider_dblog.engine.events import events_to_arrow, rows_of
 from airflow_provider_dblog.engine.reconcile import ERROR_COLUMN
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.sources.base import (ChunkPlan, Idle, Problem, RowChange,
-                                                        SchemaChange, TxnEnd, WatermarkSeen)
+                                                        SchemaChange, TableBroken, TxnEnd, WatermarkSeen)
 from airflow_provider_dblog.engine.sources.mysql import (MySQLSource, binlog_problems,
                                                          global_privileges, privilege_problems,
                                                          sql_literal, to_logical)
@@ -806,25 +806,25 @@ def test_a_catalog_past_the_log_fails_closed(mysql_db, make_source):
 @pytest.mark.parametrize("ddl", ["TRUNCATE TABLE `{db}`.t", "DROP TABLE `{db}`.t",
                                  "RENAME TABLE `{db}`.t TO `{db}`.t_old",
                                  "CREATE OR REPLACE TABLE `{db}`.t (id INT PRIMARY KEY)"])
-def test_ddl_without_row_events_raises(mysql_db, make_source, ddl):
-    """These statements change a captured table's rows without row events: fail closed."""
+def test_ddl_without_row_events_breaks_the_table_and_reading_goes_on(mysql_db, make_source, ddl):
+    """These statements change a captured table's rows without row events: the reader says
+    so (TableBroken: its targets stop there until a re-dump) and reads on."""
     t = f"{mysql_db}.t"
     run(f"CREATE TABLE `{mysql_db}`.t (id INT PRIMARY KEY)")
     run(f"CREATE TABLE `{mysql_db}`.other (id INT PRIMARY KEY)")
     src = make_source([t])
+    src.ensure_watermark_table()
     src.table_schema(t)
     _, resume = src.current_resume()
     run(f"INSERT INTO `{mysql_db}`.t VALUES (1)")
-    run(f"TRUNCATE TABLE `{mysql_db}`.other")  # not captured: fine
+    run(f"TRUNCATE TABLE `{mysql_db}`.other")  # not captured: nothing to say
     run(f"DROP TABLE `{mysql_db}`.other")
     run(ddl.format(db=mysql_db))
-    seen = []
-    with pytest.raises(SchemaChangedError) as e:
-        for it in src.read_log(resume, lambda: False, server_id=new_server_id()):
-            seen.append(it)
-    assert t in str(e.value) and "re-dump" in str(e.value)
-    assert e.value.tables == [t] and isinstance(e.value.pos, Position)
-    assert [it.event.key for it in seen if isinstance(it, RowChange)] == [(1,)]
+    src.write_watermark("after")
+    items = read_until(src, resume, until_mark("after"))
+    (broken,) = [it for it in items if isinstance(it, TableBroken)]
+    assert broken.table == t and ddl.split()[0] in broken.why and isinstance(broken.pos, Position)
+    assert [it.event.key for it in items if isinstance(it, RowChange)] == [(1,)]
 
 
 def test_ddl_parsing():

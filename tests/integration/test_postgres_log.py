@@ -15,7 +15,7 @@ from airflow_provider_dblog.engine.config import Endpoint, SourceConfig
 from airflow_provider_dblog.engine.errors import SchemaChangedError, SourceSetupError
 from airflow_provider_dblog.engine.events import DELETE, INSERT, UPDATE, rows_of
 from airflow_provider_dblog.engine.sources import open_source
-from airflow_provider_dblog.engine.sources.base import Idle, RowChange, SchemaChange, TxnEnd
+from airflow_provider_dblog.engine.sources.base import Idle, RowChange, SchemaChange, TableBroken, TxnEnd
 from airflow_provider_dblog.engine.sources.postgres import lsn_to_int
 
 from helpers import POSTGRES_PORT, pg_connect, unique
@@ -192,17 +192,20 @@ def test_watermarks_are_seen_in_their_transaction(db):
     assert items[0].event.pos < items[1].pos < items[2].event.pos
 
 
-def test_truncate_of_a_captured_table_stops_with_a_clear_error(db):
+def test_truncate_of_a_captured_table_breaks_that_table_and_reading_goes_on(db):
     pg_db, conn = db
     create(conn, "t", "id int PRIMARY KEY")
     create(conn, "other", "id int PRIMARY KEY")
     src = make(pg_db, ["app.t"])
     resume = started(src)
     run(conn, "INSERT INTO app.t VALUES (1)")
-    run(conn, "TRUNCATE app.t")
-    with pytest.raises(SchemaChangedError, match="TRUNCATE of app.t .*re-dump") as e:
-        read(src, resume)
-    assert e.value.tables == ["app.t"]
+    run(conn, "TRUNCATE app.t, app.other")
+    run(conn, "INSERT INTO app.t VALUES (2)")
+    items = read(src, resume)
+    (broken,) = [i for i in items if isinstance(i, TableBroken)]   # not the uncaptured table
+    assert broken.table == "app.t" and "TRUNCATE" in broken.why
+    first, second = changes(items)
+    assert first.pos < broken.pos < second.pos and second.key == (2,)
 
 
 def test_a_changed_relation_is_a_schema_change(db):

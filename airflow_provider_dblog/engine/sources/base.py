@@ -51,7 +51,17 @@ class SchemaChange:
     pos: Position
 
 
-LogItem = RowChange | WatermarkSeen | TxnEnd | Idle | SchemaChange
+@dataclass(frozen=True)
+class TableBroken:
+    """A captured table's rows changed at ``pos`` without row events (TRUNCATE, DROP TABLE,
+    RENAME TABLE, CREATE OR REPLACE TABLE): its targets stop before ``pos`` until it is
+    re-dumped (engine/quarantine.py); the reader goes on."""
+    table: str
+    pos: Position
+    why: str
+
+
+LogItem = RowChange | WatermarkSeen | TxnEnd | Idle | SchemaChange | TableBroken
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,8 @@ class Source(Protocol):
 
     def check(self) -> list[Problem]: ...
     def table_schema(self, table: str) -> TableSchema: ...
+    def describe_table(self, table: str) -> dict: ...                   # a schema version, JSON-able
+    def adopt_table(self, table: str, version: dict) -> TableSchema: ...  # decode with a stored version
     def ensure_watermark_table(self) -> None: ...
     def write_watermark(self, value: str) -> None: ...
     def max_key(self, table: TableSchema) -> tuple | None: ...

@@ -175,6 +175,12 @@ class PostgresTarget:
                     log.info("target table %s.%s: added column %s %s", self.schema, name, c.name, c.postgres_type)
         return not existed
 
+    def drop_table(self, table: TableSchema) -> None:
+        """Drop the target table (a quarantined table rebuilt in its new shape: engine/quarantine.py)."""
+        with self.conn, self.conn.cursor() as cur:
+            self._lock(cur, table)
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._tid(target_table_name(table))))
+
     def create_stage(self, table: TableSchema, stage: str) -> None:
         """An empty stage table typed like the target (no constraints), for Spark to append to.
 

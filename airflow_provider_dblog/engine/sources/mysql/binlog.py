@@ -20,8 +20,8 @@ from ...errors import DBLogError, SchemaChangedError, SourceSetupError
 from ...events import DELETE, INSERT, UPDATE, Event
 from ...positions import Position
 from ...schema import TableSchema
-from ..base import Idle, LogItem, RowChange, SchemaChange, TxnEnd, WatermarkSeen
-from .ddl import altered_table, check_ddl, savepoint_statement
+from ..base import Idle, LogItem, RowChange, SchemaChange, TableBroken, TxnEnd, WatermarkSeen
+from .ddl import altered_table, broken_tables, savepoint_statement
 from .rows import NO_NAMES, RowConverter
 from .types import NativeColumn
 
@@ -235,7 +235,17 @@ class BinlogReader:
             if not self.in_txn:
                 db = (ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes)
                       else str(ev.schema or ""))
-                check_ddl(str(ev.query), db, list(self.tables), Position(self.file_no, offset, 0))
+                pos = Position(self.file_no, offset, 0)
+                verb, broken = broken_tables(str(ev.query), db, list(self.tables))
+                for table in broken:
+                    yield TableBroken(table, pos, f"{verb} at binlog position {pos}: its rows changed "
+                                                  "without row events")
+                    if verb.startswith("CREATE") and self.refresh is not None:
+                        try:   # the new table's shape, for the rows that follow
+                            self.tables[table] = self.refresh(table)
+                            self.converters.pop(table, None)
+                        except DBLogError as e:   # gone again, or no key: rows of it fail check_names
+                            log.warning("%s after %s: its shape could not be read (%s)", table, verb, e)
                 altered = altered_table(str(ev.query), db)
                 if altered in self.tables and self.refresh is not None:
                     self.tables[altered] = self.refresh(altered)

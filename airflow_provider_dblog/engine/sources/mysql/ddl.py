@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from ...errors import SchemaChangedError
-from ...positions import Position
 from .sql import unquote_ident
 
 _IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
@@ -46,21 +44,13 @@ def ddl_dropped_tables(query: str, default_db: str) -> tuple[str, list[str]]:
     return verb, names
 
 
-def check_ddl(query: str, default_db: str, tables: Sequence[str], pos: Position) -> None:
-    """SchemaChangedError if the statement empties or replaces one of ``tables``
-    (it writes no row events, so the captured copy would silently differ)."""
+def broken_tables(query: str, default_db: str, tables: Sequence[str]) -> tuple[str, list[str]]:
+    """(the statement's verb, the ones of ``tables`` it empties or replaces): those have
+    rows that changed without row events, and their copies would silently differ."""
     verb, names = ddl_dropped_tables(query, default_db)
-    for name in names:
-        hit = [t for t in tables
-               if t == name or (name.endswith(".*") and t.split(".", 1)[0] == name[:-2])]
-        if hit:
-            err = SchemaChangedError(
-                f"{verb} of {', '.join(hit)} at binlog position {pos}: its rows changed without "
-                "row events; re-dump the table (and move the log checkpoint past this "
-                "statement)")
-            err.tables = hit
-            err.pos = pos
-            raise err
+    hit = [t for t in tables for name in names
+           if t == name or (name.endswith(".*") and t.split(".", 1)[0] == name[:-2])]
+    return verb, list(dict.fromkeys(hit))
 
 
 _ALTER = re.compile(rf"^\s*(?:/\*.*?\*/\s*)*ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?({_QNAME})",

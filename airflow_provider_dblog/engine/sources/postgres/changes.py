@@ -17,9 +17,10 @@
   table's shape is read again from the catalog (it must then match the message), the
   transaction's changes so far are given out, and SchemaChange tells the tail that the
   table's rows are decoded with the new shape from the next change on.
+- A TRUNCATE of a captured table is TableBroken at its point of the transaction: its
+  targets stop there until a re-dump (engine/quarantine.py).
 - Fail closed: a Relation message that the catalog does not match (the table changed
-  again since), a TRUNCATE of a captured table (row_images.py refuses what a change
-  itself lacks).
+  again since) (row_images.py refuses what a change itself lacks).
 
 Nothing here imports Airflow.
 """
@@ -32,7 +33,7 @@ from ...events import INSERT, Event
 from ...netting import needs_netting, net_changes
 from ...positions import Position
 from ...schema import TableSchema
-from ..base import LogItem, RowChange, SchemaChange, TxnEnd, WatermarkSeen
+from ..base import LogItem, RowChange, SchemaChange, TableBroken, TxnEnd, WatermarkSeen
 from .column_types import NativeColumn, text_converter
 from .lsn import int_to_lsn
 from .pgoutput_messages import (Begin, Commit, Delete, Insert, Relation, StreamAbort, StreamCommit,
@@ -188,16 +189,15 @@ class TransactionAssembler:
         check_relation(m, self.schemas[table], self.natives[table])
         yield SchemaChange(table, Position(0, self.commit_lsn, self.seq))
 
-    def truncate(self, m: Truncate) -> None:
+    def truncate(self, m: Truncate) -> Iterator[LogItem]:
+        """A TRUNCATE of captured tables: each is broken at this point of the transaction
+        (its targets stop before it until a re-dump: engine/quarantine.py)."""
         hit = [self.relations[o][0] for o in m.relation_oids
                if o in self.relations and self.relations[o][0] in self.schemas]
-        if hit:
-            err = SchemaChangedError(
-                f"TRUNCATE of {', '.join(hit)} at LSN {int_to_lsn(self.commit_lsn)}: its rows "
-                "were removed without row events; re-dump the table (and move the log "
-                "checkpoint past this transaction)")
-            err.tables, err.pos = hit, Position(0, self.commit_lsn, self.seq)
-            raise err
+        for table in hit:
+            yield TableBroken(table, Position(0, self.commit_lsn, self.seq),
+                              f"TRUNCATE at LSN {int_to_lsn(self.commit_lsn)}: its rows were removed without row events")
+        self.seq += 1 if hit else 0
 
     def other(self, m) -> Iterator[LogItem]:
         """Begin, Relation, Truncate; a streamed transaction is refused; Origin, Type and
@@ -208,7 +208,7 @@ class TransactionAssembler:
         elif cls is Relation:
             yield from self.relation(m)
         elif cls is Truncate:
-            self.truncate(m)
+            yield from self.truncate(m)
         elif cls in (StreamStart, StreamStop, StreamCommit, StreamAbort):
             raise DBLogError("pgoutput sent a streamed transaction, which protocol "
                              "version 1 does not use")
