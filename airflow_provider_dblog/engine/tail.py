@@ -89,6 +89,7 @@ class Tail:
         self.abandon_after_s = abandon_after_s
         self.owner = (owner or f"{socket.gethostname()}:{os.getpid()}").replace("|", "_")
         self.schemas: dict[str, TableSchema] = {t: source.table_schema(t) for t in source.tables}
+        self.versions: dict[str, dict] = {}   # each table's schema version being read (as stored)
         # pyarrow imports pandas the first time it converts a Python list (~0.4 s on a
         # small VM): pay that once here rather than inside the first flush
         pa.array([0])
@@ -186,7 +187,6 @@ class Tail:
         """Decode the log from ``checkpoint`` with each table's schema version that held
         there (engine/schema_history.py), not the catalog's, which may be past a change
         still ahead in the log; a table without one gets the catalog's, recorded there."""
-        self.versions: dict[str, dict] = {}
         for t in self.source.tables:
             version = version_at(self.store.schema_versions(t), checkpoint)
             if version is None:
@@ -197,7 +197,8 @@ class Tail:
 
     def _schema_change(self, change: SchemaChange) -> None:
         """After the reader read a table's new shape (every event before it flushed or in
-        parts): record it as a version from the change's position, or fail closed."""
+        parts): record it as a version from the change's position; a change the targets
+        cannot follow also quarantines the table (engine/quarantine.py)."""
         t = change.table
         version = as_stored(self.source.describe_table(t))
         if version == self.versions.get(t):
