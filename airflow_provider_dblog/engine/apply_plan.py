@@ -151,12 +151,11 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     started = time.monotonic()
     table = schema.qualified
     frontier = state.frontier()
-    quarantine = None
-    if frontier is not None:
-        quarantine = settle(target, state, source_name, batch_schema(store, schema, frontier))
-        if quarantine is not None:   # the batch stops before the change, in the shape before it
-            frontier = min(frontier, Position.decode(quarantine["at"]))
-    schema = batch_schema(store, schema, frontier)
+    catalog_schema, schema = schema, batch_schema(store, schema, frontier)
+    quarantine = settle(target, state, source_name, schema) if frontier is not None else None
+    if quarantine is not None:   # the batch stops before the change, in the shape before it
+        frontier = min(frontier, Position.decode(quarantine["at"]))
+        schema = batch_schema(store, catalog_schema, frontier)
     if target.ensure_table(schema) and target.applied_pos(source_name, schema) is not None:
         # the target table was dropped (by hand): its checkpoint no longer says anything
         log.warning("%s: target table was recreated; re-applying from the start of the log", table)

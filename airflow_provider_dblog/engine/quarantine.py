@@ -15,7 +15,8 @@ event carries) quarantines that table only:
   change, and applies from there: the log's events after the change, then the dump's
   snapshot, which holds every row (a row deleted before the dump is simply not there).
 
-Redis: ``<prefix>:<source>:quarantined``, a hash {table: {"at", "why", "since"}}.
+Redis: ``<prefix>:<source>:quarantined``, a hash {table: {"at": where its targets stop,
+"why", "since": when a releasing dump may be requested from, "last": its latest break}}.
 Nothing here imports Airflow.
 """
 from __future__ import annotations

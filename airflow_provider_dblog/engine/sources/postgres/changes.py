@@ -43,30 +43,23 @@ from .row_images import key_getter, keyed, old_new, row_values, tuple_text
 STREAM_TXN_AFTER = 10_000   # a transaction's changes held before they are given out early
 
 
-def check_relation(rel: Relation, schema: TableSchema, native: dict[str, NativeColumn]) -> None:
-    """SchemaChangedError if a Relation message's columns or types differ from the
-    captured schema's."""
+def relation_problem(rel: Relation, schema: TableSchema, native: dict[str, NativeColumn]) -> str:
+    """How a Relation message's columns or types differ from ``schema``'s ("" if they do not)."""
     names = [c.name for c in rel.columns]
-    problem = ""
     if names != schema.column_names:
-        problem = f"the log has columns {names}, the captured schema {schema.column_names}"
-    else:
-        changed = [c.name for c in rel.columns
-                   if native[c.name].att_type_oid and c.type_oid != native[c.name].att_type_oid]
-        if changed:
-            problem = f"the type of {', '.join(changed)} changed"
+        return f"the log has columns {names}, the captured schema {schema.column_names}"
+    changed = [c.name for c in rel.columns
+               if native[c.name].att_type_oid and c.type_oid != native[c.name].att_type_oid]
+    return f"the type of {', '.join(changed)} changed" if changed else ""
+
+
+def check_relation(rel: Relation, schema: TableSchema, native: dict[str, NativeColumn]) -> None:
+    """SchemaChangedError if a Relation message's columns or types differ from ``schema``'s."""
+    problem = relation_problem(rel, schema, native)
     if problem:
         raise SchemaChangedError(
             f"{schema.qualified} changed (ALTER TABLE?): {problem}; re-dump the table "
             "(`dblog reset` of the source if the tail cannot go on)")
-
-
-def relation_matches(rel: Relation, schema: TableSchema, native: dict[str, NativeColumn]) -> bool:
-    try:
-        check_relation(rel, schema, native)
-        return True
-    except SchemaChangedError:
-        return False
 
 
 class TransactionAssembler:
@@ -165,7 +158,7 @@ class TransactionAssembler:
         table = f"{m.namespace}.{m.name}"
         if table in self.schemas:
             schema, native = self.schemas[table], self.natives[table]
-            if not relation_matches(m, schema, native) and self.refresh is not None:
+            if relation_problem(m, schema, native) and self.refresh is not None:
                 yield from self._schema_change(table, m)
                 schema, native = self.schemas[table], self.natives[table]
             check_relation(m, schema, native)
