@@ -112,7 +112,7 @@ class Applier:
         batch = plan_table(self.target, self.store, self.state, self.source_name, schema)
         if batch.result is not None:
             return batch.result | {"via": SPARK}
-        schema = batch.schema   # the version at the batch's end (engine/schema_history.py)
+        schema = batch.schema   # the shape of its events (engine/schema_history.py)
         table, files, lo, hi = schema.qualified, batch.files, batch.lo, batch.hi
         self.spark  # noqa: B018 - start the session outside the batch's timings
         t0 = time.monotonic()
@@ -125,7 +125,7 @@ class Applier:
                   .withColumn("_rn", F.row_number().over(by_key))
                   .where((F.col("_rn") == 1) & F.col("error").isNull()))   # see apply_batch.flatten
         image = F.when(F.col("op") == "delete", F.col("before")).otherwise(F.col("after"))
-        flat = latest.select(*[image.getField(c).alias(c) for c in schema.column_names],
+        flat = latest.select(*[image.getField(c).alias(c) for c in batch.write_schema.column_names],
                              F.col("op").alias("_dblog_op"), F.col("pos").alias("_dblog_pos"))
         stage_uri = self.store.stage_uri(table, self.run_id)
         t1 = time.monotonic()

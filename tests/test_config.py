@@ -70,6 +70,9 @@ def test_environment_references_and_defaults():
     (lambda r: r.update(spark={"executor_memory": "2 GB"}), "spark.executor_memory must look like"),
     (lambda r: r.update(spark={"conf": {"spark.master": "yarn"}}), "give the master as the spark section's"),
     (lambda r: r.update(spark={"conf": {"spark.submit.deployMode": "cluster"}}), "client mode only"),
+    (lambda r: r["sources"]["s"].update(schema_changes="evolv"), "schema_changes: default: must be one of evolve"),
+    (lambda r: r["sources"]["s"].update(schema_changes={"a.x": "ignore"}), "'a.x' is not one of the source's tables"),
+    (lambda r: r["sources"]["s"].update(schema_changes={"a.b": "drop"}), "a.b: must be one of"),
 ])
 def test_bad_config_is_refused_with_what_is_wrong(change, words):
     raw = {"sources": {"s": {"kind": "mysql", "host": "h", "port": 1, "user": "u", "tables": ["a.b"]}},
@@ -93,3 +96,14 @@ def test_cluster_settings_reach_the_spark_submit_command_line():
     assert cmd[cmd.index("--executor-cores") + 1] == "2"
     assert "spark.pyspark.python=/opt/venvs/dblog/bin/python" in cmd
     assert cmd.count("--master") == 1 and not any(c.startswith("spark.master=") for c in cmd)
+
+
+def test_schema_changes_for_all_tables_or_per_table():
+    raw = {"sources": {"s": {"kind": "mysql", "host": "h", "port": 1, "user": "u", "tables": ["a.b", "a.c"]}},
+           "state": {"redis_url": "redis://r"}, "storage": {"root": "/tmp"}}
+    assert parse_config(raw, env={}).source().schema_changes_for("a.b") == "evolve"
+    raw["sources"]["s"]["schema_changes"] = "lenient"
+    assert parse_config(raw, env={}).source().schema_changes_for("a.c") == "lenient"
+    raw["sources"]["s"]["schema_changes"] = {"default": "ignore", "a.c": "fail"}
+    src = parse_config(raw, env={}).source()
+    assert (src.schema_changes_for("a.b"), src.schema_changes_for("a.c")) == ("ignore", "fail")

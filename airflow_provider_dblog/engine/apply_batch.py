@@ -51,7 +51,7 @@ def stage_and_merge(target, batch: Batch, flat: pa.Table | Iterable[pa.Table], s
     """The end of a batch on either path: ``COPY`` the flattened rows (one table, or pages
     of it) into a new stage table, then ``merge_from_stage`` (rows and checkpoint in one
     transaction). Returns the batch's result counts."""
-    schema = batch.schema
+    schema = batch.write_schema or batch.schema
     stage = stage_table_name(schema, run_id)
     target.create_stage(schema, stage)
     try:
@@ -61,7 +61,8 @@ def stage_and_merge(target, batch: Batch, flat: pa.Table | Iterable[pa.Table], s
                 copy_rows(cur, qualified_name(target.schema, stage), page)
         t_stage = time.monotonic() - t1
         t2 = time.monotonic()
-        res = target.merge_from_stage(schema, stage, source_name, batch.frontier, drop_stage=True)
+        res = target.merge_from_stage(schema, stage, source_name, batch.frontier, drop_stage=True,
+                                      evolve=batch.evolve)
         t_merge = time.monotonic() - t2
     except BaseException as e:
         if target.is_transient(e):  # the server is away: a retry's stage (same name) replaces this one
@@ -103,7 +104,7 @@ class LocalApplier:
 
     def apply_batch(self, batch: Batch) -> dict:
         t0 = time.monotonic()
-        flat = flatten(batch.schema, latest_per_key(self.read_batch(batch)))
+        flat = flatten(batch.write_schema or batch.schema, latest_per_key(self.read_batch(batch)))
         t_read = time.monotonic() - t0
         out = stage_and_merge(self.target, batch, flat, self.source_name, self.run_id, t0)
         out.update(read_s=round(t_read, 3), via=LOCAL)

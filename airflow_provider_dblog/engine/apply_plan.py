@@ -37,7 +37,8 @@ from .events import DELETE
 from .positions import Position
 from .retry import Retrier, count_retry, redis_is_transient
 from .schema import TableSchema
-from .quarantine import settle
+from .quarantine import fix_for, settle
+from .schema_evolution import Evolution, version_evolution
 from .schema_history import version_at
 from .sweep import sweep_table
 
@@ -102,7 +103,10 @@ def events_in_range(store, files: list[str], lo: str, hi: str, stop_above: int |
 @dataclass
 class Batch:
     """One table's batch. ``result`` is set when there is nothing to stage (the status is
-    final: ``no_frontier``, ``up_to_date`` or ``empty``); else ``events`` wait in ``files``."""
+    final: ``no_frontier``, ``up_to_date`` or ``empty``); else ``events`` wait in ``files``.
+    ``schema``: the shape of its events (read with it); ``write_schema``: its columns the
+    target has (``ignore`` keeps columns out); ``evolve``: the change of shape the target
+    takes where the batch ends (engine/schema_evolution.py), with the new shape."""
     schema: TableSchema
     applied: Position | None
     frontier: Position | None
@@ -113,6 +117,8 @@ class Batch:
     started: float = field(default_factory=time.monotonic)
     held: dict | None = None   # {"at": pos, "error": why}: the batch stops before an uncarried value
     quarantined: dict | None = None   # engine/quarantine.py: the batch stops before the table's change
+    write_schema: TableSchema | None = None
+    evolve: tuple[Evolution, TableSchema] | None = None
 
     @property
     def status(self) -> str:
@@ -133,35 +139,62 @@ class Batch:
         return self.out | {"status": status, "seconds": round(time.monotonic() - self.started, 3)} | more
 
 
-def batch_schema(store, schema: TableSchema, frontier: Position | None) -> TableSchema:
-    """The table's schema version holding at the batch's end (engine/schema_history.py):
-    the shape the target gets, under which the batch's older files are read. ``schema``
-    (the catalog's) when the tail has recorded none."""
-    if frontier is None:
-        return schema
-    version = version_at(store.schema_versions(schema.qualified), frontier, inclusive=False)
-    return schema if version is None else TableSchema.from_dict(version["schema"])
+def shape_at(versions: list[tuple[Position, dict]], catalog: TableSchema, applied: Position | None) -> TableSchema:
+    """The table's shape holding at ``applied`` (engine/schema_history.py; the first
+    version before any: the tail records one at its first checkpoint; the catalog's when
+    none is recorded): the shape of a batch's events from there, and of the target."""
+    if not versions:
+        return catalog
+    version = (version_at(versions, applied) if applied is not None else None) or versions[0][1]
+    return TableSchema.from_dict(version["schema"])
+
+
+def next_change(versions: list[tuple[Position, dict]], applied: Position | None,
+                frontier: Position) -> tuple[Position, Evolution, TableSchema] | None:
+    """The first version after ``applied`` and before ``frontier`` that changes the table's
+    shape (a batch ends there), with its evolution and its shape; None if none does."""
+    for (_, before), (at, version) in zip(versions, versions[1:]):
+        if (applied is None or at > applied) and at < frontier:
+            ev = version_evolution(before, version)
+            if ev.changed:
+                return at, ev, TableSchema.from_dict(version["schema"])
+    return None
 
 
 def plan_table(target, store, state, source_name: str, schema: TableSchema) -> Batch:
-    """The table's batch, with the bookkeeping both paths do before staging: the schema
-    version at its end; create the target table, or add the columns it lacks; forget the
-    checkpoint of a target table that was dropped (re-apply from the start); move the
-    checkpoint over a range without events."""
+    """The table's batch, with the bookkeeping both paths do before staging: stop before a
+    quarantined change (or release it); forget the checkpoint of a target table that was
+    dropped (re-apply from the start); create the target table in the shape holding at the
+    checkpoint; end the batch at the next change of shape, which the target takes as its
+    checkpoint moves there; move the checkpoint over a range without events."""
     started = time.monotonic()
     table = schema.qualified
     frontier = state.frontier()
-    catalog_schema, schema = schema, batch_schema(store, schema, frontier)
-    quarantine = settle(target, state, source_name, schema) if frontier is not None else None
+    versions = store.schema_versions(table) if frontier is not None else []
+    quarantine = None
+    if frontier is not None:
+        quarantine = settle(target, state, source_name, table, lambda at: shape_at(versions, schema, at))
     if quarantine is not None:   # the batch stops before the change, in the shape before it
         frontier = min(frontier, Position.decode(quarantine["at"]))
-        schema = batch_schema(store, catalog_schema, frontier)
-    if target.ensure_table(schema) and target.applied_pos(source_name, schema) is not None:
+    applied = target.applied_pos(source_name, table)
+    if applied is not None and not target.exists(table):
         # the target table was dropped (by hand): its checkpoint no longer says anything
         log.warning("%s: target table was recreated; re-applying from the start of the log", table)
-        target.reset_applied(source_name, schema)
-    applied = target.applied_pos(source_name, schema)
-    b = Batch(schema, applied, frontier, started=started, quarantined=quarantine)
+        target.reset_applied(source_name, table)
+        applied = None
+    shape = shape_at(versions, schema, applied)
+    target.ensure_table(shape)
+    change = next_change(versions, applied, frontier) if frontier is not None else None
+    if change is not None and not change[1].compatible:   # a quarantine whose record is gone: stop too
+        quarantine = {"at": change[0].encode(), "why": change[1].describe(), "fix": fix_for(table)}
+        frontier, change = change[0], None
+    elif change is not None:
+        frontier = change[0]
+    have = set(target.columns(table))
+    b = Batch(shape, applied, frontier, started=started, quarantined=quarantine,
+              write_schema=TableSchema(shape.database, shape.name,
+                                       tuple(c for c in shape.columns if c.name in have), shape.key),
+              evolve=None if change is None else (change[1], change[2]))
     b.out = {"from": applied.encode() if applied else None, "to": frontier.encode() if frontier else None,
              "files": 0, "events": 0, "rows": 0, "inserted": 0, "updated": 0, "deleted": 0, "stale": 0}
     if quarantine is not None:
@@ -181,6 +214,7 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
             # event of that row (a fix at the source, a re-dump) makes it moot
             b.held = {"at": at.encode(), "error": why}
             b.out["held"] = b.held
+            b.evolve = None
             log.warning("%s: apply held at %s: %s", table, at, why)
             if applied is not None and at <= applied:
                 b.result = b.finish("held")
@@ -188,8 +222,10 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
             b.frontier = at
             b.out["to"] = at.encode()
         b.events = b.out["events"] = events_in_range(store, b.files, b.lo, b.hi)
+    if b.evolve is not None:
+        b.out["evolved"] = [{"at": b.hi, "change": b.evolve[0].describe()}]
     if not b.events:
-        target.advance_applied(source_name, schema, b.frontier)
+        target.advance_applied(source_name, shape, b.frontier, evolve=b.evolve)
         b.result = b.finish("held" if b.held else "empty")
     return b
 
@@ -304,10 +340,24 @@ def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store,
     for t in names:
         before = retry.retries
         what = f"apply of {t} to {target_label(tcfg)}"
-        res = retry.run(lambda: applier.apply_table(schemas[t]), what)
+        res = last = retry.run(lambda: applier.apply_table(schemas[t]), what)
+        while last.get("evolved") and last["status"] in ("applied", "empty"):
+            # the batch ended at a change of the table's shape, which the target took: go on from it
+            more = retry.run(lambda: applier.apply_table(schemas[t]), what)
+            if more["from"] == last["from"]:   # the checkpoint did not move: a concurrent run took it
+                break
+            res, last = combined(res, more), more
         res = retry.run(lambda: with_sweep(res, target, tcfg.name, store, state, scfg, schemas[t]), what)
         results[t] = res | ({"retries": retry.retries - before} if retry.retries > before else {})
     return results, retry.retries
+
+
+def combined(first: dict, then: dict) -> dict:
+    """One table's result over its batches, one after another (a change of shape between)."""
+    out = then | {k: first.get(k, 0) + then.get(k, 0) for k in
+                  ("files", "events", "rows", "inserted", "updated", "deleted", "stale", "seconds")}
+    return out | {"from": first["from"], "seconds": round(out["seconds"], 3),
+                  "evolved": first.get("evolved", []) + then.get("evolved", [])}
 
 
 def run_result(tcfg: TargetConfig, scfg: SourceConfig, run_id: str, results: dict[str, dict],

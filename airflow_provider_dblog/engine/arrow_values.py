@@ -6,6 +6,7 @@ values (``FarDate`` / ``FarTimestamp`` included) to and from a logical type's Ar
 """
 from __future__ import annotations
 
+import base64
 from typing import Any, Callable
 
 import numpy as np
@@ -120,3 +121,19 @@ def from_arrow(logical: str, arr: pa.Array) -> list:
     if logical == "date":
         return [None if v is None else date_from_days(v) for v in arr.cast(pa.int32()).to_pylist()]
     return arr.to_pylist()
+
+
+# -- one row, stored in JSON (a schema version's fill values) ------------------------------
+def encode_row(columns: dict[str, str], values: dict[str, Any]) -> str:
+    """One row of ``columns`` ({name: logical type}) as text that keeps every value exact
+    (Arrow IPC, base64)."""
+    table = pa.table({c: to_arrow(t, [values[c]]) for c, t in columns.items()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return base64.b64encode(sink.getvalue().to_pybytes()).decode()
+
+
+def decode_row(text: str) -> pa.Table:
+    """The inverse of :func:`encode_row`: a one-row Arrow table."""
+    return pa.ipc.open_stream(base64.b64decode(text)).read_all()

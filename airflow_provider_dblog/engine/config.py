@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import yaml
 
 from .errors import ConfigError, UnknownTableError
+from .schema_evolution import EVOLVE, parse_setting
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}$")
@@ -115,6 +116,13 @@ class SourceConfig:
     # MySQL zero dates ('0000-00-00', '2024-00-10'): "refuse" (hold the table's apply,
     # name the value) or "null" (carry them as NULL, a choice the user makes knowingly)
     zero_dates: str = "refuse"
+    # what the targets do at a change of a table's shape (engine/schema_evolution.py):
+    # evolve, lenient, ignore or fail; for all tables, then per table
+    schema_changes: str = "evolve"
+    schema_changes_tables: tuple[tuple[str, str], ...] = ()
+
+    def schema_changes_for(self, table: str) -> str:
+        return dict(self.schema_changes_tables).get(table, self.schema_changes)
 
     def table(self, qualified: str) -> str:
         if qualified not in self.tables:
@@ -314,7 +322,8 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
             watermark_namespace=check_identifier(d.get("watermark_namespace", "dblog")),
             slot=str(d.get("slot", f"dblog_{name}")),
             publication=str(d.get("publication", f"dblog_{name}")),
-            zero_dates=_choice(d.get("zero_dates", "refuse"), ("refuse", "null"), f"{where}.zero_dates"))
+            zero_dates=_choice(d.get("zero_dates", "refuse"), ("refuse", "null"), f"{where}.zero_dates"),
+            **_schema_changes(d.get("schema_changes", EVOLVE), tables, where))
     if not sources:
         raise ConfigError("config: no sources configured")
     targets = {}
@@ -350,6 +359,14 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
         dump=_section(DumpConfig, raw.get("dump"), "dump"),
         tail=_section(TailConfig, raw.get("tail"), "tail"), path=path,
         apply=_section(ApplyConfig, raw.get("apply"), "apply"))
+
+
+def _schema_changes(value: Any, tables: tuple[str, ...], where: str) -> dict:
+    try:
+        default, per_table = parse_setting(value, tables)
+    except ValueError as e:
+        raise ConfigError(f"{where}.schema_changes: {e}") from None
+    return {"schema_changes": default, "schema_changes_tables": per_table}
 
 
 def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:

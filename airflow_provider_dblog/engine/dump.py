@@ -308,16 +308,24 @@ class DumpRunner:
     # -- one chunk: Algorithm 1 steps 2-4, then 6-7 ----------------------------
     # -- 3. the select, 4. the HW ---------------------------------------------------------
     def select_chunk(self, task: ChunkTask, window: Window) -> pa.Table:
-        """Step 3: the chunk's rows, also kept as Parquet for a finish in another process."""
+        """Step 3: the chunk's rows, also kept as Parquet for a finish in another process. A
+        select that failed because the table changed shape under it (a column gone) is
+        redone in the new shape (ChunkShapeChangedError)."""
         schema = self.source.table_schema(task.table)
-        if task.keys is not None:
-            rows = self.source.select_keys(schema, [schema.parse_key(k) for k in task.keys])
-            self.store.write_chunk(task.request, task.table, window.id, rows)
-            return rows
-        if self.reader is None:
+        if task.keys is None and self.reader is None:
             raise ConfigError("a key-range chunk needs a chunk reader (Spark)")
-        return self.reader.read(schema, task.predicates,
-                                self.store.chunk_uri(task.request, task.table, window.id))
+        try:
+            if task.keys is None:
+                return self.reader.read(schema, task.predicates,
+                                        self.store.chunk_uri(task.request, task.table, window.id))
+            rows = self.source.select_keys(schema, [schema.parse_key(k) for k in task.keys])
+        except Exception as e:
+            if self.source.refresh_schema(task.table) != schema:
+                raise ChunkShapeChangedError(f"{task.table} changed shape while a chunk was selected ({e}): the "
+                                             "chunk is selected again in the new shape") from e
+            raise
+        self.store.write_chunk(task.request, task.table, window.id, rows)
+        return rows
 
     def write_hw(self, window: Window) -> None:
         self._check_lease()

@@ -1,8 +1,8 @@
 """One table's schema change is one table's trouble (DESIGN invariant 8).
 
-A change its targets cannot follow (engine/schema_history.py ``classify``: a column
-dropped or renamed, a type changed, the key changed, a column added with a value no row
-event carries) quarantines that table only:
+A change its targets cannot follow (engine/schema_evolution.py: the key changed, a type
+narrowed, a column added with a value no row event carries, ...) or a statement that
+changed its rows without row events (TRUNCATE, DROP TABLE) quarantines that table only:
 
 - the tail records the new shape as a version from the change (marked ``quarantined``),
   records the quarantine in Redis, and goes on: the table's events are still stored, in
@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import Callable
 
 from .positions import Position
 
@@ -77,12 +78,11 @@ def release(state, table: str) -> None:
     state.r.hdel(state.k(KEY), table)
 
 
-def settle(target, state, source_name: str, schema) -> dict | None:
-    """The quarantine of ``schema``'s table as an apply meets it: None when it has none. Its
-    releasing dump done: the target table rebuilt empty in ``schema`` (the shape holding at
-    the batch's end) with its checkpoint at the change, the quarantine lifted, None. Else
-    the entry: the batch stops at its ``at``."""
-    table = schema.qualified
+def settle(target, state, source_name: str, table: str, shape_at: Callable[[Position], object]) -> dict | None:
+    """The quarantine of ``table`` as an apply meets it: None when it has none. Its
+    releasing dump done: the target table rebuilt empty in ``shape_at(at)`` (the shape
+    holding from the change) with its checkpoint at the change, the quarantine lifted,
+    None. Else the entry: the batch stops at its ``at``."""
     entry = quarantined(state).get(table)
     if entry is None:
         return None
@@ -90,6 +90,7 @@ def settle(target, state, source_name: str, schema) -> dict | None:
     if rid is None:
         return entry
     at = Position.decode(entry["at"])
+    schema = shape_at(at)
     # each step is safe to redo: until the quarantine is lifted, the next apply starts over
     target.drop_table(schema)
     target.ensure_table(schema)

@@ -23,12 +23,11 @@ from .config import DumpConfig, TailConfig
 from .events import Event
 from .positions import Position
 from .quarantine import quarantine_table
-from .schema import TableSchema
+from .tail_shapes import TableShapes
 from .sources.base import RowChange, SchemaChange, Source, TableBroken, TxnEnd, WatermarkSeen
 from .errors import LogGapError, SourceUnavailableError, StateLostError
 from .recovery import earlier_history, log_gap_message, state_lost_message
 from .retry import count_retry, pause_s, redis_is_transient
-from .schema_history import as_stored, classify, version_at
 from .state import Checkpoint, RedisState
 from .store import EventStore
 
@@ -88,8 +87,7 @@ class Tail:
         self.source, self.state, self.store, self.config = source, state, store, config
         self.abandon_after_s = abandon_after_s
         self.owner = (owner or f"{socket.gethostname()}:{os.getpid()}").replace("|", "_")
-        self.schemas: dict[str, TableSchema] = {t: source.table_schema(t) for t in source.tables}
-        self.versions: dict[str, dict] = {}   # each table's schema version being read (as stored)
+        self.shapes = TableShapes(source, state, store)   # each table's shape being read
         # pyarrow imports pandas the first time it converts a Python list (~0.4 s on a
         # small VM): pay that once here rather than inside the first flush
         pa.array([0])
@@ -160,7 +158,7 @@ class Tail:
             removed = self.store.remove_uncommitted_logs(cp.pos)
             if removed:
                 log.info("removed %d uncommitted segment file(s) past %s", len(removed), cp.pos)
-            self._take_schema_versions(cp.pos)
+            self.shapes.take_at(cp.pos)
             stats.start = stats.start or cp.pos.encode()  # (the first session's, after an outage)
             # A batch holds ~5 tracked objects per event (tuples, dicts) until its flush, and
             # the automatic cyclic GC sweeps them again and again as they age (a full sweep
@@ -182,39 +180,6 @@ class Tail:
                 pass
         stats.seconds = time.monotonic() - started
         stats.end = self.state.checkpoint().pos.encode()
-
-    def _take_schema_versions(self, checkpoint: Position) -> None:
-        """Decode the log from ``checkpoint`` with each table's schema version that held
-        there (engine/schema_history.py), not the catalog's, which may be past a change
-        still ahead in the log; a table without one gets the catalog's, recorded there."""
-        for t in self.source.tables:
-            version = version_at(self.store.schema_versions(t), checkpoint)
-            if version is None:
-                version = as_stored(self.source.describe_table(t))
-                self.store.write_schema_version(t, checkpoint, version)
-            self.schemas[t] = self.source.adopt_table(t, version)
-            self.versions[t] = version
-
-    def _schema_change(self, change: SchemaChange) -> None:
-        """After the reader read a table's new shape (every event before it flushed or in
-        parts): record it as a version from the change's position; a change the targets
-        cannot follow also quarantines the table (engine/quarantine.py)."""
-        t = change.table
-        version = as_stored(self.source.describe_table(t))
-        if version == self.versions.get(t):
-            return
-        new = self.source.table_schema(t)
-        diff = classify(self.schemas[t], new, version.get("extra", {}).get("defaults"))
-        if not diff.compatible:
-            # its targets stop before the change until a re-dump; the tail and the other
-            # tables go on (engine/quarantine.py)
-            quarantine_table(self.state, t, change.pos, f"changed at {change.pos}: {diff.describe()}")
-            version = version | {"quarantined": diff.describe()}
-        self.store.write_schema_version(t, change.pos, version)
-        self.schemas[t], self.versions[t] = new, version
-        if diff.compatible:
-            log.warning("tail %s: %s changed at %s (%s): its events are decoded with the new shape from "
-                        "here, and the targets follow it", self.state.source, t, change.pos, diff.describe())
 
     def _refuse_lost_state(self, cp: Checkpoint | None) -> None:
         """Fail closed rather than skip changes: no checkpoint though the source was captured
@@ -272,7 +237,7 @@ class Tail:
             nonlocal parts
             for table, events in events_by_table.items():
                 try:
-                    self.store.write_log_segment(self.schemas[table], batch_start, events, writer, part=parts)
+                    self.store.write_log_segment(self.shapes.schemas[table], batch_start, events, writer, part=parts)
                 except FileNotFoundError:
                     # a new tail's start swept our half-written file: we are a zombie, and
                     # the renewal says so (LeaseLostError) instead of a traceback
@@ -348,7 +313,7 @@ class Tail:
                     spill()
                 else:
                     flush()
-                self._schema_change(item)
+                self.shapes.change(item)
                 continue
             if isinstance(item, TxnEnd):
                 for e in pending:

@@ -47,9 +47,9 @@ def _source_rows(cfg: SourceConfig, table: TableSchema) -> Iterator[tuple]:
     """The source's rows through its own select expressions and conversion."""
     from .sources import open_source
     with open_source(cfg) as source:
-        schema = source.table_schema(table.qualified)
+        source.table_schema(table.qualified)
         native = source.native_columns(table.qualified)
-        select_list = source.select_list(schema)
+        select_list = source.select_list(table)   # the compared columns (all, or those a target carries)
         if cfg.kind == "mysql":
             import pymysql
             import pymysql.cursors

@@ -11,6 +11,7 @@ from typing import Callable, Iterator, NamedTuple, Protocol, Sequence
 
 import pyarrow as pa
 
+from ..config import SourceConfig
 from ..events import Event
 from ..positions import Position
 from ..schema import TableSchema
@@ -46,9 +47,11 @@ class SchemaChange:
     """A captured table's shape changed at ``pos`` (an ALTER TABLE, a new Relation
     message): the reader decodes its rows from here on with the shape the source now
     gives (``table_schema``, ``describe_table``). Every change of the table before ``pos``
-    was given out before it; none after."""
+    was given out before it; none after. ``renamed``: the (old, new) column names the
+    statement renamed, where only the statement says so (MySQL/MariaDB)."""
     table: str
     pos: Position
+    renamed: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class Problem:
 class Source(Protocol):
     name: str
     tables: tuple[str, ...]
+    config: SourceConfig   # its schema_changes setting is read at each SchemaChange
 
     def check(self) -> list[Problem]: ...
     def table_schema(self, table: str) -> TableSchema: ...

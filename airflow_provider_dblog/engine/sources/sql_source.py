@@ -206,6 +206,11 @@ class SqlSource:
             self._adopt_extra(table, desc.get("extra") or {})
             return self._schemas[table]
 
+    def added_column_fill(self, table: str, column: str) -> tuple[bool, Any]:
+        """What rows that existed when ``column`` was added hold in it (engine/schema_evolution.py):
+        (True, value), or (False, why) when the source cannot say."""
+        return False, "the source cannot say what existing rows hold"
+
     def _table_extra(self, table: str) -> dict:
         return {}
 

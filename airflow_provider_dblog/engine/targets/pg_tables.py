@@ -13,7 +13,7 @@ import hashlib
 from psycopg2 import sql
 
 from ..logical_types import is_text_carried
-from ..schema import Column, TableSchema
+from ..schema import TableSchema
 from ..values import float32, parse_pg_date, parse_pg_timestamp
 
 STATE_TABLE = "dblog_apply_state"
@@ -21,20 +21,6 @@ POS_COLUMN = "_dblog_pos"
 OP_COLUMN = "_dblog_op"
 STAGE_PREFIX = "_dblog_stage__"
 _MAX_IDENT = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
-
-
-# -- columns a schema version added (engine/schema_history.py) ------------------------------
-def add_missing_columns(cur, tid: sql.Composable, regclass: str, table: TableSchema) -> list[Column]:
-    """ALTER TABLE ``tid`` ADD COLUMN for each column of ``table`` it lacks (nullable, as
-    every column but the key's: no existing row needs a value); the columns added."""
-    cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
-                "AND NOT attisdropped", (regclass,))
-    have = {r[0] for r in cur.fetchall()}
-    added = [c for c in table.columns if c.name not in have]
-    for c in added:
-        cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(tid, sql.Identifier(c.name),
-                                                                     sql.SQL(c.postgres_type)))
-    return added
 
 
 # -- names ---------------------------------------------------------------------------------
@@ -61,6 +47,19 @@ def stage_table_name(table: TableSchema | str, run_id: str = "") -> str:
     """The stage table of one apply of ``table``; ``run_id`` makes it private to a run."""
     db, name = source_table_name(table).split(".", 1)
     return _fit(f"{STAGE_PREFIX}{db}__{name}" + (f"__{run_id}" if run_id else ""))
+
+
+def dblog_tables(cur, schema: str) -> list[str]:
+    """The tables of ``schema`` that dblog created: ``dblog_apply_state``, stage tables,
+    and tables with a ``_dblog_pos`` column."""
+    cur.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND ("
+        " c.relname = %s OR c.relname LIKE %s OR EXISTS ("
+        "  SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = %s"
+        "  AND NOT a.attisdropped))",
+        (schema, STATE_TABLE, STAGE_PREFIX.replace("_", r"\_") + "%", POS_COLUMN))
+    return [r[0] for r in cur.fetchall()]
 
 
 def qualified_name(schema: str, name: str) -> sql.Composed:

@@ -7,15 +7,12 @@ holds, per (source, table), the position below which every event has been
 applied: the apply's checkpoint, moved in the same transaction as the rows.
 
 A batch is staged in a plain table (``COPY``, engine/targets/pg_copy.py; names in
-engine/targets/pg_tables.py) and merged in one transaction that
-
-* takes an advisory lock per target table, so two applies never interleave;
-* ignores stage rows below the checkpoint (a replayed or stale batch changes
-  nothing, and cannot bring back a row a later batch deleted);
-* keeps the latest stage row per key;
-* deletes a row only when the delete is newer than the row, and inserts or
-  updates a row only when the event is newer than the row (invariant 1);
-* moves the checkpoint forward only (never back).
+engine/targets/pg_tables.py) and merged in one transaction that takes an advisory lock
+per target table (two applies never interleave); ignores stage rows below the checkpoint
+(a replayed or stale batch changes nothing, nor brings back a row a later batch deleted);
+keeps the latest stage row per key; deletes, inserts or updates a row only when the event
+is newer than the row (invariant 1); moves the checkpoint forward only, and takes a change
+of the table's shape there (engine/targets/pg_evolve.py).
 
 Identifiers are always quoted with ``psycopg2.sql.Identifier``; values are bound.
 No Spark and no Airflow here.
@@ -38,10 +35,12 @@ from ..schema import TableSchema
 from ..values import comparable_key, pg_options
 from .pg_copy import copy_rows
 from .pg_errors import is_transient
-from .pg_tables import (OP_COLUMN, add_missing_columns, POS_COLUMN, STAGE_PREFIX, STATE_TABLE, from_row, json_as_text, qualified_name,
+from .pg_evolve import evolve_table, table_columns
+from .pg_tables import (OP_COLUMN, POS_COLUMN, STAGE_PREFIX, STATE_TABLE, dblog_tables, from_row, json_as_text, qualified_name,
                         read_list, source_table_name, target_table_name)
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class MergeResult:
@@ -148,12 +147,9 @@ class PostgresTarget:
         return bool(cur.fetchone()[0])
 
     def ensure_table(self, table: TableSchema) -> bool:
-        """Create the target table (and the checkpoint table), or add the columns it lacks
-        (a schema version added them: engine/schema_history.py; every column but the
-        key's is nullable, so no existing row needs a value); True if it was created.
-
-        Runs under the table's advisory lock so concurrent first applies do not race.
-        """
+        """Create the target table (and the checkpoint table) if it does not exist, under
+        the table's advisory lock (concurrent first applies do not race); True if created.
+        Every column but the key's is nullable. Later shapes: :func:`pg_evolve.evolve_table`."""
         name = target_table_name(table)
         cols = [sql.SQL("{} {}{}").format(
                     sql.Identifier(c.name), sql.SQL(c.postgres_type),
@@ -170,10 +166,17 @@ class PostgresTarget:
                 cur.execute(sql.SQL("CREATE TABLE {} ({})").format(
                     self._tid(name), sql.SQL(", ").join(cols)))
                 log.info("created target table %s.%s", self.schema, name)
-            else:
-                for c in add_missing_columns(cur, self._tid(name), self.qualified_stage(name), table):
-                    log.info("target table %s.%s: added column %s %s", self.schema, name, c.name, c.postgres_type)
         return not existed
+
+    def columns(self, table: TableSchema | str) -> list[str]:
+        """The target table's columns ([] when it does not exist)."""
+        with self.conn, self.conn.cursor() as cur:
+            return table_columns(cur, self.qualified_stage(target_table_name(table)))
+
+    def _evolve(self, cur, table: TableSchema, evolve: tuple | None) -> None:
+        if evolve is not None:   # the table's change of shape at the checkpoint just moved
+            evolve_table(cur, self._tid(target_table_name(table)), self.qualified_stage(target_table_name(table)),
+                         *evolve)
 
     def drop_table(self, table: TableSchema) -> None:
         """Drop the target table (a quarantined table rebuilt in its new shape: engine/quarantine.py)."""
@@ -229,12 +232,16 @@ class PostgresTarget:
             (source, source_table_name(table), pos.encode()))
         return cur.rowcount == 1
 
-    def advance_applied(self, source: str, table: TableSchema | str, pos: Position) -> bool:
-        """Move the checkpoint forward without rows (an empty batch). Never moves it back."""
+    def advance_applied(self, source: str, table: TableSchema | str, pos: Position,
+                        evolve: tuple | None = None) -> bool:
+        """Move the checkpoint forward without rows (an empty batch), and take ``evolve``
+        (an Evolution and the new shape) if it moved. Never moves it back."""
         with self.conn, self.conn.cursor() as cur:
             self._lock(cur, table)
             self._ensure_schema(cur)
-            return self._advance(cur, source, table, pos)
+            if moved := self._advance(cur, source, table, pos):
+                self._evolve(cur, table, evolve)
+            return moved
 
     def reset_applied(self, source: str, table: TableSchema | str) -> None:
         """Forget the checkpoint (the target table was recreated empty: re-apply from the start)."""
@@ -246,8 +253,9 @@ class PostgresTarget:
 
     # -- the merge -------------------------------------------------------------------
     def merge_from_stage(self, table: TableSchema, stage: str, source: str, new_pos: Position,
-                         drop_stage: bool = False) -> MergeResult:
-        """Merge a staged batch in one transaction and move the checkpoint to ``new_pos``.
+                         drop_stage: bool = False, evolve: tuple | None = None) -> MergeResult:
+        """Merge a staged batch in one transaction and move the checkpoint to ``new_pos``
+        (and take ``evolve`` there: :meth:`advance_applied`).
 
         The stage holds the table's columns plus ``_dblog_op`` and ``_dblog_pos``
         (for a delete, the key columns of its before image). Stage rows below the
@@ -299,7 +307,8 @@ class PostgresTarget:
             floor = applied.encode() if applied is not None else ""
             cur.execute(merge, {"floor": floor})
             staged, inserted, updated, deleted = (int(v) for v in cur.fetchone())
-            moved = self._advance(cur, source, table, new_pos)
+            if moved := self._advance(cur, source, table, new_pos):
+                self._evolve(cur, table, evolve)
             if drop_stage:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stg))
         res = MergeResult(inserted=inserted, updated=updated, deleted=deleted,
@@ -381,20 +390,10 @@ class PostgresTarget:
             return self._table_exists(cur, target_table_name(table))
 
     def drop_all(self) -> list[str]:
-        """Drop every table this target created in its schema (tests, demo resets).
-
-        Only dblog's own tables: ``dblog_apply_state``, stage tables, and tables
-        with a ``_dblog_pos`` column. The schema itself stays.
-        """
+        """Drop every table this target created in its schema (tests, demo resets): only
+        dblog's own (``pg_tables.dblog_tables``). The schema itself stays."""
         with self.conn, self.conn.cursor() as cur:
-            cur.execute(
-                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND ("
-                " c.relname = %s OR c.relname LIKE %s OR EXISTS ("
-                "  SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = %s"
-                "  AND NOT a.attisdropped))",
-                (self.schema, STATE_TABLE, STAGE_PREFIX.replace("_", r"\_") + "%", POS_COLUMN))
-            names = [r[0] for r in cur.fetchall()]
+            names = dblog_tables(cur, self.schema)
             for n in names:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(self._tid(n)))
         return names

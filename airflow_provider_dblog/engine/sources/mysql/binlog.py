@@ -21,7 +21,7 @@ from ...events import DELETE, INSERT, UPDATE, Event
 from ...positions import Position
 from ...schema import TableSchema
 from ..base import Idle, LogItem, RowChange, SchemaChange, TableBroken, TxnEnd, WatermarkSeen
-from .ddl import altered_table, broken_tables, savepoint_statement
+from .ddl import altered_table, broken_tables, renamed_columns, savepoint_statement
 from .rows import NO_NAMES, RowConverter
 from .types import NativeColumn
 
@@ -250,7 +250,8 @@ class BinlogReader:
                 if altered in self.tables and self.refresh is not None:
                     self.tables[altered] = self.refresh(altered)
                     self.converters.pop(altered, None)
-                    yield SchemaChange(altered, Position(self.file_no, offset, 0))
+                    yield SchemaChange(altered, Position(self.file_no, offset, 0),
+                                       tuple(renamed_columns(str(ev.query))))
             if q == "ROLLBACK":
                 self._roll_back(0)
             yield from self._commit(offset)

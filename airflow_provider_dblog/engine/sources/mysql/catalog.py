@@ -19,6 +19,11 @@ TRANSACTIONAL_ENGINES = {"innodb", "xtradb", "rocksdb", "tokudb"}
 Query = Callable[[str, Sequence[Any]], list[tuple]]
 
 
+# a DEFAULT that is a constant as information_schema shows it (MariaDB quotes strings;
+# an expression such as current_timestamp() is not one)
+LITERAL_DEFAULT = re.compile(r"'(?:[^']|'')*'|[+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|b'[01]*'|0x[0-9A-Fa-f]+")
+
+
 @dataclass(frozen=True)
 class CatalogTable:
     schema: TableSchema

@@ -66,6 +66,27 @@ def altered_table(query: str, default_db: str) -> str | None:
     return f"{parts[0]}.{parts[1]}" if len(parts) == 2 else f"{default_db}.{parts[0]}"
 
 
+_RENAME_COLUMN = re.compile(
+    rf"(?:\bRENAME\s+COLUMN\s+(?:IF\s+EXISTS\s+)?({_IDENT})\s+TO\s+({_IDENT}))"
+    rf"|(?:\bCHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?({_IDENT})\s+({_IDENT}))", re.I)
+
+
+def renamed_columns(query: str) -> list[tuple[str, str]]:
+    """The (old, new) column names an ALTER TABLE statement renames (RENAME COLUMN a TO b,
+    CHANGE [COLUMN] a b ...): the binlog gives no column identity, only the statement.
+    A name that stays (CHANGE a a INT) is no rename."""
+    if not _ALTER.match(query):
+        return []
+    text = re.sub(r"/\*.*?\*/|'(?:[^'\\]|\\.|'')*'", " ", query, flags=re.S)   # comments, string literals
+    out = []
+    for m in _RENAME_COLUMN.finditer(text):
+        a, b = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        a, b = unquote_ident(a), unquote_ident(b)
+        if a.lower() != b.lower():
+            out.append((a, b))
+    return out
+
+
 def savepoint_statement(query: str) -> tuple[bool, str] | None:
     """``SAVEPOINT s`` -> (False, "s"); ``ROLLBACK [WORK] TO [SAVEPOINT] s`` -> (True, "s");
     any other statement -> None."""

@@ -27,7 +27,7 @@ from ..base import ChunkPlan, LogItem, Problem
 from ..sql_source import SELECT_BATCH, SqlSource
 from . import checks
 from .binlog import BinlogReader, CapturedTable, StreamSettings, binlog_file_number
-from .catalog import TRANSACTIONAL_ENGINES, read_table
+from .catalog import LITERAL_DEFAULT, TRANSACTIONAL_ENGINES, read_table
 from .convert import key_sql_value, to_logical
 from .jdbc import SESSION_TIME_ZONE, jdbc_connection, jdbc_table
 from .sql import BoundParams, key_predicate, quote_ident, quote_table, sql_literal
@@ -146,6 +146,19 @@ class MySQLSource(SqlSource):
     def _adopt_extra(self, table: str, extra: dict) -> None:
         self._engines[table] = extra.get("engine")
         self._defaults[table] = dict(extra.get("defaults") or {})
+
+    def added_column_fill(self, table: str, column: str) -> tuple[bool, Any]:
+        """What rows that existed when ``column`` was added hold in it: (True, value) for a
+        literal DEFAULT (the server's DEFAULT() of a row, read through the column's select
+        expression; no row: nothing to fill), else (False, why)."""
+        default = self._defaults.get(table, {}).get(column)
+        if default is None or not LITERAL_DEFAULT.fullmatch(default):
+            return False, (f"its default {default} is not a constant" if default is not None
+                           else "it is NOT NULL without a default (existing rows hold an implicit value)")
+        native, q = self.native_columns(table)[column], quote_ident(column)
+        rows = self._query(f"SELECT {select_expr(native)} FROM (SELECT DEFAULT({q}) AS {q} "
+                           f"FROM {quote_table(table)} LIMIT 1) AS d")
+        return True, to_logical(native, rows[0][0]) if rows else None
 
     def transactional(self, table: str) -> bool:
         """Whether the table's engine rolls back (MyISAM, Aria, MEMORY do not: their rows

@@ -41,7 +41,7 @@ def load_table(query: Query, table: str,
         "a.attnotnull, bt.typcategory, bt.oid, a.atttypid, "
         "bt.typnamespace = 'pg_catalog'::regnamespace AND (bt.typelem = 0 OR "
         "(et.typnamespace = 'pg_catalog'::regnamespace AND et.typtype = 'b')), "
-        "a.attgenerated, pg_get_expr(d.adbin, d.adrelid) "
+        "a.attgenerated, pg_get_expr(d.adbin, d.adrelid), a.attnum "
         "FROM pg_attribute a "
         "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
         "JOIN pg_type t ON t.oid = a.atttypid "
@@ -57,7 +57,9 @@ def load_table(query: Query, table: str,
     deferrable = any(r[0] for r in query(
         "SELECT condeferrable FROM pg_constraint WHERE conrelid = %s AND contype = 'p'", (oid,)))
     columns, native, defaults = [], {}, {}
-    for cname, tname, formatted, notnull, category, base_oid, att_oid, builtin, generated, default in cols:
+    # a column's identity: a renamed column keeps its attnum (engine/schema_evolution.py)
+    attnums = {r[0]: int(r[-1]) for r in cols}
+    for cname, tname, formatted, notnull, category, base_oid, att_oid, builtin, generated, default, _ in cols:
         if generated:
             defaults[cname] = f"GENERATED ALWAYS AS ({default})"
         elif default is not None and default.upper() != "NULL":
@@ -70,4 +72,4 @@ def load_table(query: Query, table: str,
                                      int(base_oid), int(att_oid))
         columns.append(Column(cname, logical, not notnull))
     schema = TableSchema(nsp, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
-    return schema, native, replident, deferrable, defaults
+    return schema, native, replident, deferrable, defaults, attnums

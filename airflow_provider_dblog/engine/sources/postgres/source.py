@@ -32,7 +32,7 @@ from ..base import ChunkPlan, LogItem
 from ..sql_source import SELECT_BATCH, SqlSource, raw_key_alias
 from .catalog import load_table
 from .checks import SetupChecks
-from .column_types import NativeColumn, needs_expr, select_expr, text_parsed, to_logical
+from .column_types import NativeColumn, needs_expr, select_expr, text_converter, text_parsed, to_logical
 from .lsn import lsn_to_int
 from .slot import SlotAndPublication
 from .sql import (BoundParams, bound_ident, key_after, key_upto, pg_literal, quote_ident, quote_table,
@@ -65,6 +65,7 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         self._replident: dict[str, str] = {}
         self._deferrable: dict[str, bool] = {}
         self._defaults: dict[str, dict[str, str]] = {}
+        self._attnums: dict[str, dict[str, int]] = {}
         self._slot: SlotAndPublication | None = None
 
     def __repr__(self) -> str:
@@ -133,16 +134,28 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
 
     def _table_extra(self, table: str) -> dict:
         return {"replident": self._replident[table], "deferrable": self._deferrable[table],
-                "defaults": self._defaults[table]}
+                "defaults": self._defaults[table], "attnums": self._attnums.get(table, {})}
 
     def _adopt_extra(self, table: str, extra: dict) -> None:
         self._replident[table] = extra.get("replident", "f")
         self._deferrable[table] = bool(extra.get("deferrable"))
         self._defaults[table] = dict(extra.get("defaults") or {})
+        self._attnums[table] = dict(extra.get("attnums") or {})
+
+    def added_column_fill(self, table: str, column: str) -> tuple[bool, Any]:
+        """What rows that existed when ``column`` was added hold in it: (True, value) when
+        PostgreSQL keeps it as ``attmissingval`` (a non-volatile default: the value rows
+        older than the column read), parsed as pgoutput's text is; else (False, why)."""
+        rows = self._query("SELECT a.atthasmissing, (a.attmissingval::text::text[])[1] FROM pg_attribute a "
+                           "WHERE a.attrelid = %s::regclass AND a.attname = %s", (quote_table(table), column))
+        if not rows or not rows[0][0]:
+            return False, ("PostgreSQL wrote a value into each row (a volatile default, NOT NULL, or a table "
+                           "rewrite since): rows may hold different values")
+        return True, text_converter(self.native_columns(table)[column])(rows[0][1])
 
     def _load_schema(self, table: str) -> None:
-        schema, native, replident, deferrable, defaults = load_table(self._query, table, self.name)
-        self._schemas[table], self._native[table] = schema, native
+        schema, native, replident, deferrable, defaults, attnums = load_table(self._query, table, self.name)
+        self._schemas[table], self._native[table], self._attnums[table] = schema, native, attnums
         self._replident[table], self._deferrable[table], self._defaults[table] = replident, deferrable, defaults
 
     # -- chunks ------------------------------------------------------------------

@@ -1,0 +1,91 @@
+"""The tail's view of its tables' shapes (engine/schema_history.py): the schema version
+each is read with, taken at the tail's checkpoint, and each change the reader meets in
+the log, recorded as a new version with the table's behaviour (engine/schema_evolution.py)
+or quarantining the table (engine/quarantine.py). Nothing here imports Airflow.
+"""
+from __future__ import annotations
+
+import logging
+
+from .arrow_values import encode_row
+from .errors import SchemaChangedError
+from .positions import Position
+from .quarantine import quarantine_table
+from .schema import TableSchema
+from .schema_evolution import EVOLVE, FAIL, LENIENT, Evolution, added_with_values, renames, version_evolution
+from .schema_history import as_stored, same_description, version_at
+from .sources.base import SchemaChange, Source
+from .state import RedisState
+from .store import EventStore
+
+log = logging.getLogger(__name__)
+
+
+class TableShapes:
+    def __init__(self, source: Source, state: RedisState, store: EventStore):
+        self.source, self.state, self.store = source, state, store
+        self.schemas: dict[str, TableSchema] = {t: source.table_schema(t) for t in source.tables}
+        self.versions: dict[str, dict] = {}   # each table's schema version being read (as stored)
+
+    def take_at(self, checkpoint: Position) -> None:
+        """Decode the log from ``checkpoint`` with each table's schema version that held
+        there (engine/schema_history.py), not the catalog's, which may be past a change
+        still ahead in the log; a table without one gets the catalog's, recorded there."""
+        for t in self.source.tables:
+            version = version_at(self.store.schema_versions(t), checkpoint)
+            if version is None:
+                version = as_stored(self.source.describe_table(t))
+                self.store.write_schema_version(t, checkpoint, version)
+            self.schemas[t] = self.source.adopt_table(t, version)
+            self.versions[t] = version
+
+    def change(self, change: SchemaChange) -> None:
+        """After the reader read a table's new shape (every event before it flushed or in
+        parts): record it as a version from the change's position, with the table's
+        behaviour and the columns renamed (engine/schema_evolution.py). A change its targets
+        cannot follow quarantines the table (engine/quarantine.py); under the behaviour
+        ``fail``, any change of its columns stops the tail."""
+        t = change.table
+        version, previous = as_stored(self.source.describe_table(t)), self.versions.get(t)
+        if previous is not None and same_description(version, previous):
+            return
+        behaviour = self.source.config.schema_changes_for(t)
+        renamed = renames(previous, version, change.renamed) if previous else []
+        version = version | {"behaviour": behaviour, "renamed": [list(p) for p in renamed]}
+        if previous and behaviour in (EVOLVE, LENIENT):
+            version |= self._fill_values(t, previous, version)
+        ev = version_evolution(previous, version) if previous else Evolution(behaviour)
+        if not ev.compatible and behaviour == FAIL:
+            raise SchemaChangedError(
+                f"{t} changed at {change.pos}: {ev.describe()}. The tail stops here; set the table's "
+                f"schema_changes to evolve, lenient or ignore (the change then flows, or quarantines only "
+                f"{t}), or undo the change, and start the tail again")
+        if not ev.compatible:
+            # its targets stop before the change until a re-dump; the tail and the other
+            # tables go on (engine/quarantine.py)
+            quarantine_table(self.state, t, change.pos, f"changed at {change.pos}: {ev.describe()}")
+            version = version | {"quarantined": ev.describe()}
+        self.store.write_schema_version(t, change.pos, version)
+        self.schemas[t], self.versions[t] = self.source.table_schema(t), version
+        if ev.compatible:
+            log.warning("tail %s: %s changed at %s (%s, schema_changes %s): its events are decoded with the "
+                        "new shape from here, and the targets follow it", self.state.source, t, change.pos,
+                        ev.describe(), behaviour)
+
+    def _fill_values(self, t: str, previous: dict, version: dict) -> dict:
+        """``{"fill": ...}``: the values the rows that existed before the change hold in the
+        columns it added with a default, where the source can say (engine/schema_evolution.py);
+        a column it cannot say for stays unfilled (the change then quarantines the table)."""
+        new = TableSchema.from_dict(version["schema"])
+        added = added_with_values(TableSchema.from_dict(previous["schema"]), new,
+                                  (version.get("extra") or {}).get("defaults") or {}, version["renamed"])
+        values, types = {}, {}
+        for c in added:
+            known, value = self.source.added_column_fill(t, c)
+            if known:
+                values[c], types[c] = value, new.column(c).type
+            else:
+                log.warning("tail %s: %s.%s was added, and the value its existing rows hold is not known: %s",
+                            self.state.source, t, c, value)
+        return {"fill": encode_row(types, values)} if values else {}
+
