@@ -11,6 +11,7 @@ drop column   target drops it             kept, frozen                kept, froz
 rename        target renames it           new column added with the   old kept, frozen;   tail stops
                                           old one's values; old kept  new not carried
 widen type    target widens it            target widens it            quarantine          tail stops
+TRUNCATE      target emptied              target keeps its rows       target keeps rows   tail stops
 ============  ==========================  ==========================  ==================  ==========
 
 "Kept, frozen": the target keeps the column; rows that existed at the change keep the
@@ -61,6 +62,7 @@ class Evolution:
     problems: tuple[str, ...] = ()             # why the targets cannot follow it
     fill: tuple[str, ...] = ()                 # added columns whose existing rows hold a default
     fill_values: str = ""                      # that value of each (arrow_values.encode_row)
+    truncate: bool = False                     # TRUNCATE: the target is emptied there
 
     @property
     def compatible(self) -> bool:
@@ -70,7 +72,7 @@ class Evolution:
     def changed(self) -> bool:
         """The logical shape changed (an apply's batch ends before it)."""
         return bool(self.add or self.drop or self.keep or self.rename or self.copy or self.retype
-                    or self.skip or self.reordered or self.problems)
+                    or self.skip or self.reordered or self.problems or self.truncate)
 
     def describe(self) -> str:
         parts = [f"{what} {', '.join(cols)}" for what, cols in (
@@ -81,6 +83,7 @@ class Evolution:
         parts += [f"{b} added with {a}'s values" for a, b in self.copy]
         parts += [f"{c} widened to {t}" for c, t in self.retype]
         parts += ["columns reordered"] if self.reordered else []
+        parts += ["emptied (TRUNCATE)"] if self.truncate else []
         return "; ".join(parts + list(self.problems)) or "no change to its columns"
 
 
@@ -113,12 +116,15 @@ def widens(old: str, new: str) -> bool:
 
 def evolution(old: TableSchema, new: TableSchema, behaviour: str = EVOLVE,
               defaults: dict[str, object] | None = None,
-              renamed: list[tuple[str, str]] | tuple = (), fill_values: str = "") -> Evolution:
+              renamed: list[tuple[str, str]] | tuple = (), fill_values: str = "",
+              truncated: bool = False) -> Evolution:
     """How the targets take the change from ``old`` to ``new`` under ``behaviour``.
     ``defaults``: the new columns' defaults as the source reports them (a default gives
     existing rows a value no event carries); ``renamed``: (old, new) column names the
     source says were renamed (:func:`renames`); ``fill_values``: the value existing rows
-    of added columns hold, where the source could say (``added_column_fill``)."""
+    of added columns hold, where the source could say (``added_column_fill``); ``truncated``:
+    the table was emptied there (TRUNCATE: the target is emptied too under ``evolve``;
+    ``lenient`` and ``ignore`` keep its rows)."""
     if behaviour not in BEHAVIOURS:
         raise ValueError(f"schema_changes must be one of {', '.join(BEHAVIOURS)}, not {behaviour!r}")
     defaults = defaults or {}
@@ -174,7 +180,8 @@ def evolution(old: TableSchema, new: TableSchema, behaviour: str = EVOLVE,
     common_new = [n for n in new.column_names if n in old_cols]
     fill = tuple(n for n in add if n in filled)
     ev = Evolution(behaviour, tuple(add), tuple(drop), tuple(keep), tuple(rename), tuple(copy), tuple(retype),
-                   tuple(skip), common_old != common_new, tuple(problems), fill, fill_values if fill else "")
+                   tuple(skip), common_old != common_new, tuple(problems), fill, fill_values if fill else "",
+                   truncated and behaviour == EVOLVE)
     if behaviour == FAIL and ev.changed:
         return Evolution(FAIL, problems=(f"{new.qualified} changed ({ev.describe()}) and its schema_changes "
                                          "setting is 'fail'",))
@@ -198,7 +205,7 @@ def version_evolution(previous: dict, version: dict) -> Evolution:
     the version before it."""
     return evolution(TableSchema.from_dict(previous["schema"]), TableSchema.from_dict(version["schema"]),
                      version.get("behaviour", EVOLVE), (version.get("extra") or {}).get("defaults"),
-                     version.get("renamed") or (), version.get("fill", ""))
+                     version.get("renamed") or (), version.get("fill", ""), bool(version.get("truncated")))
 
 
 def added_with_values(old: TableSchema, new: TableSchema, defaults: dict, renamed) -> list[str]:

@@ -24,7 +24,7 @@ from .events import Event
 from .positions import Position
 from .quarantine import quarantine_table
 from .tail_shapes import TableShapes
-from .sources.base import RowChange, SchemaChange, Source, TableBroken, TxnEnd, WatermarkSeen
+from .sources.base import RowChange, SchemaChange, Source, TableBroken, TableTruncated, TxnEnd, WatermarkSeen
 from .errors import LogGapError, SourceUnavailableError, StateLostError
 from .recovery import earlier_history, log_gap_message, state_lost_message
 from .retry import count_retry, pause_s, redis_is_transient
@@ -303,6 +303,9 @@ class Tail:
                 continue
             if isinstance(item, WatermarkSeen):
                 pending_marks.append((item.value, item.pos))
+                continue
+            if isinstance(item, TableTruncated):   # a step of the table's history (engine/tail_shapes.py)
+                self.shapes.truncated(item)
                 continue
             if isinstance(item, TableBroken):   # its targets stop before it (engine/quarantine.py)
                 quarantine_table(self.state, item.table, item.pos, item.why)

@@ -14,7 +14,7 @@ from .quarantine import quarantine_table
 from .schema import TableSchema
 from .schema_evolution import EVOLVE, FAIL, LENIENT, Evolution, added_with_values, renames, version_evolution
 from .schema_history import as_stored, same_description, version_at
-from .sources.base import SchemaChange, Source
+from .sources.base import SchemaChange, Source, TableTruncated
 from .state import RedisState
 from .store import EventStore
 
@@ -71,6 +71,23 @@ class TableShapes:
             log.warning("tail %s: %s changed at %s (%s, schema_changes %s): its events are decoded with the "
                         "new shape from here, and the targets follow it", self.state.source, t, change.pos,
                         ev.describe(), behaviour)
+
+    def truncated(self, item: TableTruncated) -> None:
+        """A TRUNCATE of a table: recorded as a version of the same shape marked
+        ``truncated``; its targets take it as a step (engine/schema_evolution.py). Under the
+        behaviour ``fail`` the tail stops."""
+        t = item.table
+        behaviour = self.source.config.schema_changes_for(t)
+        if behaviour == FAIL:
+            raise SchemaChangedError(f"{t} was truncated at {item.pos}. The tail stops here; set the table's "
+                                     "schema_changes to evolve (its targets are emptied there too), lenient or "
+                                     "ignore (they keep their rows), and start the tail again")
+        version = {k: self.versions[t][k] for k in ("schema", "native", "extra")}
+        version |= {"behaviour": behaviour, "renamed": [], "truncated": True}
+        self.store.write_schema_version(t, item.pos, version)
+        self.versions[t] = version
+        log.warning("tail %s: %s truncated at %s (schema_changes %s): %s", self.state.source, t, item.pos,
+                    behaviour, "its targets are emptied there" if behaviour == EVOLVE else "its targets keep their rows")
 
     def _fill_values(self, t: str, previous: dict, version: dict) -> dict:
         """``{"fill": ...}``: the values the rows that existed before the change hold in the

@@ -30,7 +30,8 @@ from airflow_provider_dblog.engine.events import events_to_arrow, rows_of
 from airflow_provider_dblog.engine.reconcile import ERROR_COLUMN
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.sources.base import (ChunkPlan, Idle, Problem, RowChange,
-                                                        SchemaChange, TableBroken, TxnEnd, WatermarkSeen)
+                                                        SchemaChange, TableBroken, TableTruncated, TxnEnd,
+                                                        WatermarkSeen)
 from airflow_provider_dblog.engine.sources.mysql import (MySQLSource, binlog_problems,
                                                          global_privileges, privilege_problems,
                                                          sql_literal, to_logical)
@@ -808,7 +809,8 @@ def test_a_catalog_past_the_log_fails_closed(mysql_db, make_source):
                                  "CREATE OR REPLACE TABLE `{db}`.t (id INT PRIMARY KEY)"])
 def test_ddl_without_row_events_breaks_the_table_and_reading_goes_on(mysql_db, make_source, ddl):
     """These statements change a captured table's rows without row events: the reader says
-    so (TableBroken: its targets stop there until a re-dump) and reads on."""
+    so (TableBroken: its targets stop there until a re-dump; a TRUNCATE is TableTruncated,
+    a step its targets follow) and reads on."""
     t = f"{mysql_db}.t"
     run(f"CREATE TABLE `{mysql_db}`.t (id INT PRIMARY KEY)")
     run(f"CREATE TABLE `{mysql_db}`.other (id INT PRIMARY KEY)")
@@ -822,8 +824,9 @@ def test_ddl_without_row_events_breaks_the_table_and_reading_goes_on(mysql_db, m
     run(ddl.format(db=mysql_db))
     src.write_watermark("after")
     items = read_until(src, resume, until_mark("after"))
-    (broken,) = [it for it in items if isinstance(it, TableBroken)]
-    assert broken.table == t and ddl.split()[0] in broken.why and isinstance(broken.pos, Position)
+    (broken,) = [it for it in items if isinstance(it, (TableBroken, TableTruncated))]
+    assert broken.table == t and isinstance(broken.pos, Position)
+    assert isinstance(broken, TableTruncated) if ddl.startswith("TRUNCATE") else ddl.split()[0] in broken.why
     assert [it.event.key for it in items if isinstance(it, RowChange)] == [(1,)]
 
 

@@ -15,7 +15,7 @@ from airflow_provider_dblog.engine.config import Endpoint, SourceConfig
 from airflow_provider_dblog.engine.errors import SchemaChangedError, SourceSetupError
 from airflow_provider_dblog.engine.events import DELETE, INSERT, UPDATE, rows_of
 from airflow_provider_dblog.engine.sources import open_source
-from airflow_provider_dblog.engine.sources.base import Idle, RowChange, SchemaChange, TableBroken, TxnEnd
+from airflow_provider_dblog.engine.sources.base import Idle, RowChange, SchemaChange, TableTruncated, TxnEnd
 from airflow_provider_dblog.engine.sources.postgres import lsn_to_int
 
 from helpers import POSTGRES_PORT, pg_connect, unique
@@ -192,7 +192,7 @@ def test_watermarks_are_seen_in_their_transaction(db):
     assert items[0].event.pos < items[1].pos < items[2].event.pos
 
 
-def test_truncate_of_a_captured_table_breaks_that_table_and_reading_goes_on(db):
+def test_truncate_of_a_captured_table_is_a_step_at_its_point_and_reading_goes_on(db):
     pg_db, conn = db
     create(conn, "t", "id int PRIMARY KEY")
     create(conn, "other", "id int PRIMARY KEY")
@@ -202,10 +202,26 @@ def test_truncate_of_a_captured_table_breaks_that_table_and_reading_goes_on(db):
     run(conn, "TRUNCATE app.t, app.other")
     run(conn, "INSERT INTO app.t VALUES (2)")
     items = read(src, resume)
-    (broken,) = [i for i in items if isinstance(i, TableBroken)]   # not the uncaptured table
-    assert broken.table == "app.t" and "TRUNCATE" in broken.why
+    (truncated,) = [i for i in items if isinstance(i, TableTruncated)]   # not the uncaptured table
+    assert truncated.table == "app.t"
     first, second = changes(items)
-    assert first.pos < broken.pos < second.pos and second.key == (2,)
+    assert first.pos < truncated.pos < second.pos and second.key == (2,)
+
+
+def test_a_truncate_drops_the_changes_held_for_netting_before_it(db):
+    """Under a DEFERRABLE key a transaction's changes are held to its commit and numbered
+    past its other positions: an insert before a TRUNCATE would then land after it and
+    bring its row back. The TRUNCATE drops them (their rows are gone)."""
+    pg_db, conn = db
+    create(conn, "d", "id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED")
+    src = make(pg_db, ["app.d"])
+    resume = started(src)
+    run(conn, "BEGIN; INSERT INTO app.d VALUES (1); UPDATE app.d SET id = 3 WHERE id = 1; TRUNCATE app.d; "
+              "INSERT INTO app.d VALUES (2); COMMIT")
+    items = read(src, resume)
+    (truncated,) = [i for i in items if isinstance(i, TableTruncated)]
+    after = [e for e in changes(items) if e.pos > truncated.pos]
+    assert [e.key for e in changes(items)] == [(2,)] and after == changes(items)
 
 
 def test_a_changed_relation_is_a_schema_change(db):

@@ -149,8 +149,7 @@ VOLATILE = {"mysql": "ALTER TABLE t ADD COLUMN ts TIMESTAMP(6) NULL DEFAULT CURR
 @pytest.mark.parametrize("ddl, named, release", [
     ("narrow", "changed type from int32 to int16", True),
     ("volatile-default", "added with a default", False),
-    ("TRUNCATE TABLE t", "without row events", True),
-], ids=["narrow-type", "add-column-with-a-volatile-default", "truncate"])
+], ids=["narrow-type", "add-column-with-a-volatile-default"])
 def test_a_change_the_targets_cannot_follow_quarantines_that_table_only(src_db, make_cdc, ddl, named, release):
     ddl = {"narrow": NARROW, "volatile-default": VOLATILE}.get(ddl, {}).get(src_db.kind, ddl)
     cdc = _setup(src_db, make_cdc)
@@ -172,11 +171,8 @@ def test_a_change_the_targets_cannot_follow_quarantines_that_table_only(src_db, 
     shown = status(cdc.cfg, "src")["quarantined"]                   # what `dblog status` shows
     assert list(shown) == [f"{cdc.db}.t"] and named in shown[f"{cdc.db}.t"]["why"]
     _equal(cdc, "u")
-    versions = cdc.store.schema_versions(f"{cdc.db}.t")
-    if ddl.startswith("ALTER"):   # a new shape, recorded as quarantined; TRUNCATE keeps the shape
-        assert len(versions) == 2 and named.split(" (")[0] in versions[-1][1]["quarantined"]
-    else:
-        assert len(versions) == 1
+    versions = cdc.store.schema_versions(f"{cdc.db}.t")   # a new shape, recorded as quarantined
+    assert len(versions) == 2 and named.split(" (")[0] in versions[-1][1]["quarantined"]
     if not release:
         return
     # a full dump of the table, requested after the change, releases it: the target table
@@ -189,6 +185,78 @@ def test_a_change_the_targets_cannot_follow_quarantines_that_table_only(src_db, 
     assert status(cdc.cfg, "src")["quarantined"] == {}
     assert _target_columns(cdc, "t") == ["id", "v", "_dblog_pos"]   # rebuilt in the shape from the change
     _equal(cdc, "t", "u")
+
+
+@pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)
+def test_a_dropped_and_created_table_quarantines_until_a_dump(src_db, make_cdc):
+    """DROP TABLE (and RENAME, CREATE OR REPLACE) change a table's rows without row events:
+    its targets stop before it (the target keeps its rows) until a dump of the new table."""
+    cdc = _setup(src_db, make_cdc)
+    cdc.start_tail()
+    _run(src_db, "INSERT INTO t (id, v) VALUES (1, 1), (2, 2)")
+    cdc.drain()
+    run_apply(cdc.cfg, "tgt", via="local")
+    _run(src_db, "DROP TABLE t")
+    _run(src_db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    _run(src_db, "INSERT INTO t (id, v) VALUES (3, 3)")
+    _run(src_db, "INSERT INTO u (id, v) VALUES (1, 1)")
+    cdc.drain()
+    assert cdc.tail_error is None
+    res = run_apply(cdc.cfg, "tgt", via="local")["tables"]
+    assert res[f"{cdc.db}.t"]["status"] == "quarantined" and "DROP TABLE" in res[f"{cdc.db}.t"]["quarantined"]["why"]
+    assert res[f"{cdc.db}.u"]["status"] == "applied"
+    with cdc.target() as tgt:
+        assert tgt.count(f"{cdc.db}.t") == 2        # kept as it was before the DROP
+    rid = cdc.request(DumpSpec("table", [f"{cdc.db}.t"]))
+    assert cdc.dump_spark(rid)["status"] == "done"
+    cdc.drain()
+    assert run_apply(cdc.cfg, "tgt", via="local")["tables"][f"{cdc.db}.t"]["status"] == "applied"
+    _equal(cdc, "t", "u")
+
+
+@pytest.mark.parametrize("behaviour", ["evolve", "lenient"])
+def test_a_truncate_empties_the_target_under_evolve_and_lenient_keeps_its_rows(src_db, make_cdc, behaviour):
+    """TRUNCATE is a step of the table's history, in the middle of a repair dump of the
+    table and a writer: the apply empties the target there (evolve) and goes on with the
+    rows written after it; lenient keeps the target's rows from before it."""
+    with src_db.cursor() as cur:
+        src_db.create_table(cur, "t", "id INT PRIMARY KEY, v INT")
+        src_db.create_table(cur, "u", "id INT PRIMARY KEY, v INT")
+    cdc = make_cdc(["t", "u"], source={"schema_changes": behaviour}, dump={"chunk_size": 5})
+    cdc.start_tail()
+    _run(src_db, f"INSERT INTO t (id, v) SELECT seq, seq FROM {src_db.series(30)}")
+    cdc.drain()
+    run_apply(cdc.cfg, "tgt", via="local")
+    steps = ["TRUNCATE TABLE t", f"INSERT INTO t (id, v) SELECT seq, seq * 2 FROM {src_db.series(10)}"]
+
+    def after_chunk(table: str, progress: dict) -> None:
+        if steps:
+            _run(src_db, steps.pop(0))
+
+    with Writer(src_db, ["t", "u"]) as writer:
+        wait_until(lambda: writer.writes > 100, 60, "writes before the TRUNCATE")
+        rid = cdc.request(DumpSpec("keys", [f"{cdc.db}.t"], keys=[[i] for i in range(1, 31)]))
+        DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump, on_chunk=after_chunk).run(rid)
+        wait_until(lambda: writer.writes > 300, 60, "writes after the TRUNCATE")
+    cdc.drain()
+    assert cdc.tail_error is None and not steps
+    t = run_apply(cdc.cfg, "tgt", via="local")["tables"][f"{cdc.db}.t"]
+    assert t["status"] == "applied", t
+    if behaviour == "evolve":
+        assert [e["change"] for e in t["evolved"]] == ["emptied (TRUNCATE)"]
+        _equal(cdc, "t", "u")
+    else:   # the writer's rows the TRUNCATE removed stay in the target (11..30: the repair dump of
+        # those keys found them gone at the source, and deleted them, as a repair does)
+        assert "evolved" not in t
+        schema = cdc.source.refresh_schema(f"{cdc.db}.t")
+        with cdc.target() as tgt:
+            target = {r["id"]: r["v"] for r in tgt.rows(schema)}
+        with src_db.cursor() as cur:
+            cur.execute("SELECT id, v FROM t")
+            source = dict(cur.fetchall())
+        kept = set(target) - set(source)
+        assert {k: target[k] for k in source} == source and kept and min(kept) >= 1000, kept
+        _equal(cdc, "u")
 
 
 def test_a_dump_chunk_selected_in_an_old_shape_is_redone(src_db, make_cdc):

@@ -55,16 +55,25 @@ class SchemaChange:
 
 
 @dataclass(frozen=True)
+class TableTruncated:
+    """A captured table was emptied at ``pos`` (TRUNCATE): every row before it is gone, and
+    the rows after it come as row events (engine/schema_evolution.py: the targets follow
+    it as a step of the table's history)."""
+    table: str
+    pos: Position
+
+
+@dataclass(frozen=True)
 class TableBroken:
-    """A captured table's rows changed at ``pos`` without row events (TRUNCATE, DROP TABLE,
-    RENAME TABLE, CREATE OR REPLACE TABLE): its targets stop before ``pos`` until it is
+    """A captured table's rows changed at ``pos`` without row events (DROP TABLE, RENAME
+    TABLE, CREATE OR REPLACE TABLE, DROP DATABASE): its targets stop before ``pos`` until it is
     re-dumped (engine/quarantine.py); the reader goes on."""
     table: str
     pos: Position
     why: str
 
 
-LogItem = RowChange | WatermarkSeen | TxnEnd | Idle | SchemaChange | TableBroken
+LogItem = RowChange | WatermarkSeen | TxnEnd | Idle | SchemaChange | TableTruncated | TableBroken
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,8 @@ def evolve_table(cur, tid: sql.Composable, regclass: str, ev: Evolution, new: Ta
         done.append(what)
 
     col = sql.Identifier
+    if ev.truncate:   # every row is below the checkpoint, which is the TRUNCATE's position
+        run(sql.SQL("TRUNCATE {}").format(tid), "truncate")
     for a, b in ev.rename:
         if b in have:   # a column kept from an earlier change holds the name: the rename wins
             run(sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(tid, col(b)), f"drop {b}")

@@ -20,7 +20,7 @@ from ...errors import DBLogError, SchemaChangedError, SourceSetupError
 from ...events import DELETE, INSERT, UPDATE, Event
 from ...positions import Position
 from ...schema import TableSchema
-from ..base import Idle, LogItem, RowChange, SchemaChange, TableBroken, TxnEnd, WatermarkSeen
+from ..base import Idle, LogItem, RowChange, SchemaChange, TableBroken, TableTruncated, TxnEnd, WatermarkSeen
 from .ddl import altered_table, broken_tables, renamed_columns, savepoint_statement
 from .rows import NO_NAMES, RowConverter
 from .types import NativeColumn
@@ -238,6 +238,9 @@ class BinlogReader:
                 pos = Position(self.file_no, offset, 0)
                 verb, broken = broken_tables(str(ev.query), db, list(self.tables))
                 for table in broken:
+                    if verb.startswith("TRUNCATE"):
+                        yield TableTruncated(table, pos)
+                        continue
                     yield TableBroken(table, pos, f"{verb} at binlog position {pos}: its rows changed "
                                                   "without row events")
                     if verb.startswith("CREATE") and self.refresh is not None:

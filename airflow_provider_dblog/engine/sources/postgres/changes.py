@@ -17,8 +17,9 @@
   table's shape is read again from the catalog (it must then match the message), the
   transaction's changes so far are given out, and SchemaChange tells the tail that the
   table's rows are decoded with the new shape from the next change on.
-- A TRUNCATE of a captured table is TableBroken at its point of the transaction: its
-  targets stop there until a re-dump (engine/quarantine.py).
+- A TRUNCATE of a captured table is TableTruncated at its point of the transaction (the
+  transaction's changes before it given out first; those held for netting dropped: the
+  TRUNCATE removed their rows).
 - Fail closed: a Relation message that the catalog does not match (the table changed
   again since) (row_images.py refuses what a change itself lacks).
 
@@ -33,7 +34,7 @@ from ...events import INSERT, Event
 from ...netting import needs_netting, net_changes
 from ...positions import Position
 from ...schema import TableSchema
-from ..base import LogItem, RowChange, SchemaChange, TableBroken, TxnEnd, WatermarkSeen
+from ..base import LogItem, RowChange, SchemaChange, TableTruncated, TxnEnd, WatermarkSeen
 from .column_types import NativeColumn, text_converter
 from .lsn import int_to_lsn
 from .pgoutput_messages import (Begin, Commit, Delete, Insert, Relation, StreamAbort, StreamCommit,
@@ -183,14 +184,21 @@ class TransactionAssembler:
         yield SchemaChange(table, Position(0, self.commit_lsn, self.seq))
 
     def truncate(self, m: Truncate) -> Iterator[LogItem]:
-        """A TRUNCATE of captured tables: each is broken at this point of the transaction
-        (its targets stop before it until a re-dump: engine/quarantine.py)."""
+        """A TRUNCATE of captured tables: each is emptied at this point of the transaction.
+        Its changes held for netting (a DEFERRABLE key) are dropped: they would be numbered
+        past the TRUNCATE at the commit, and their rows are gone."""
         hit = [self.relations[o][0] for o in m.relation_oids
                if o in self.relations and self.relations[o][0] in self.schemas]
+        if not hit:
+            return
+        out, self.txn = self.txn, []
+        for e in out:
+            yield RowChange(e)
+        self.held = [e for e in self.held if e.table not in hit]
+        self.touched = {t for t in self.touched if t[0] not in hit} if self.touched else self.touched
         for table in hit:
-            yield TableBroken(table, Position(0, self.commit_lsn, self.seq),
-                              f"TRUNCATE at LSN {int_to_lsn(self.commit_lsn)}: its rows were removed without row events")
-        self.seq += 1 if hit else 0
+            yield TableTruncated(table, Position(0, self.commit_lsn, self.seq))
+        self.seq += 1
 
     def other(self, m) -> Iterator[LogItem]:
         """Begin, Relation, Truncate; a streamed transaction is refused; Origin, Type and
