@@ -68,7 +68,7 @@ def cmd_tail(cfg: Config, args) -> int:
     src_cfg, state, store = _parts(cfg, args.source)
     source = open_source(src_cfg)
     source.check_or_raise()
-    tail = Tail(source, state, store, cfg.tail, abandon_after_s=cfg.dump.abandon_after)
+    tail = Tail(source, state, store, cfg.tail, dump=cfg.dump)
     stopping = {"now": False}
 
     def on_term(signum, frame):  # finish the transaction in hand, flush, checkpoint, exit
@@ -79,6 +79,9 @@ def cmd_tail(cfg: Config, args) -> int:
                      wait_lease=args.wait_lease)
     out = {k: v for k, v in vars(stats).items() if k != "per_table"} | {"per_table": dict(stats.per_table)}
     print(json.dumps(out))
+    for new in stats.dump_requests:
+        print(f"dblog tail: {new['table']} is new to the capture; the rows it holds come with dump request "
+              f"{new['request_id']}: run `dblog dump --request {new['request_id']}`", file=sys.stderr)
     if stats.skipped and not args.skip_ok:
         expires = ("its lease has just ended: run again" if stats.lease_expires_in_s is None
                    else f"its lease expires in {stats.lease_expires_in_s:.1f}s unless it renews it")

@@ -93,7 +93,7 @@ def _tail_once(env: Env, start: Position, resume: dict, n: int, profiler=None):
     env.state.commit(token, start, resume, [], 0)
     env.state.release_lease(token)
     tail = Tail(open_source(env.cfg.source()), env.state, env.store, env.cfg.tail, owner="bench",
-                abandon_after_s=env.cfg.dump.abandon_after)
+                dump=env.cfg.dump)
     if profiler:
         profiler.enable()
     stats = tail.run(max_events=n)

@@ -103,7 +103,7 @@ class TailThread:
         def run():
             try:
                 Tail(open_source(self.cfg.source()), self.state, EventStore(self.cfg.storage_root, "src"),
-                     self.cfg.tail, abandon_after_s=self.cfg.dump.abandon_after).run(should_stop=self.stop_event.is_set)
+                     self.cfg.tail, dump=self.cfg.dump).run(should_stop=self.stop_event.is_set)
             except BaseException as e:  # surfaced by stop()
                 self.error = e
         self.thread = threading.Thread(target=run, daemon=True)

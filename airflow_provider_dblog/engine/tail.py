@@ -50,6 +50,7 @@ class TailStats:
     lease_expires_in_s: float | None = None
     retries: int = 0  # restarts from the checkpoint after the source or Redis was away
     per_table: dict = field(default_factory=lambda: defaultdict(int))
+    dump_requests: list = field(default_factory=list)  # {"table", "request_id"} of tables new to the capture
 
 
 def _expiry(seconds: float | None) -> str:
@@ -80,14 +81,16 @@ class _Progress:
 
 class Tail:
     def __init__(self, source: Source, state: RedisState, store: EventStore, config: TailConfig,
-                 owner: str | None = None, abandon_after_s: float = DumpConfig().abandon_after):
-        """``abandon_after_s``: a dump window open this long whose request no runner holds
-        is closed as abandoned (``RedisState.close_abandoned_windows``): pass the config's
-        ``dump.abandon_after``."""
+                 owner: str | None = None, dump: DumpConfig | None = None):
+        """``dump``: the config's dump section: a dump window open ``dump.abandon_after``
+        whose request no runner holds is closed as abandoned
+        (``RedisState.close_abandoned_windows``); a table new to the capture is dumped
+        with its chunk size and parallelism."""
         self.source, self.state, self.store, self.config = source, state, store, config
-        self.abandon_after_s = abandon_after_s
+        dump = dump or DumpConfig()
+        self.abandon_after_s = dump.abandon_after
         self.owner = (owner or f"{socket.gethostname()}:{os.getpid()}").replace("|", "_")
-        self.shapes = TableShapes(source, state, store)   # each table's shape being read
+        self.shapes = TableShapes(source, state, store, dump)   # each table's shape being read
         # pyarrow imports pandas the first time it converts a Python list (~0.4 s on a
         # small VM): pay that once here rather than inside the first flush
         pa.array([0])
@@ -180,6 +183,7 @@ class Tail:
                 pass
         stats.seconds = time.monotonic() - started
         stats.end = self.state.checkpoint().pos.encode()
+        stats.dump_requests = list(self.shapes.dump_requests)
 
     def _refuse_lost_state(self, cp: Checkpoint | None) -> None:
         """Fail closed rather than skip changes: no checkpoint though the source was captured

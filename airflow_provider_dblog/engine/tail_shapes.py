@@ -8,9 +8,11 @@ from __future__ import annotations
 import logging
 
 from .arrow_values import encode_row
+from .config import DumpConfig
 from .errors import SchemaChangedError
 from .positions import Position
 from .quarantine import quarantine_table
+from .requests import DumpSpec, validate_spec
 from .schema import TableSchema
 from .schema_evolution import EVOLVE, FAIL, LENIENT, Evolution, added_with_values, renames, version_evolution
 from .schema_history import as_stored, same_description, version_at
@@ -22,22 +24,40 @@ log = logging.getLogger(__name__)
 
 
 class TableShapes:
-    def __init__(self, source: Source, state: RedisState, store: EventStore):
-        self.source, self.state, self.store = source, state, store
+    def __init__(self, source: Source, state: RedisState, store: EventStore, dump: DumpConfig):
+        self.source, self.state, self.store, self.dump = source, state, store, dump
         self.schemas: dict[str, TableSchema] = {t: source.table_schema(t) for t in source.tables}
         self.versions: dict[str, dict] = {}   # each table's schema version being read (as stored)
+        self.dump_requests: list[dict] = []   # {"table", "request_id"}: dumps of tables new to the capture
 
     def take_at(self, checkpoint: Position) -> None:
         """Decode the log from ``checkpoint`` with each table's schema version that held
         there (engine/schema_history.py), not the catalog's, which may be past a change
-        still ahead in the log; a table without one gets the catalog's, recorded there."""
+        still ahead in the log; a table without one gets the catalog's, recorded there.
+
+        A table added to the config (no version, while the tail has recorded others) is
+        captured from the checkpoint on, and a full dump of it is requested for the rows it
+        already holds (the dump's windows order them against its log events, as for any
+        dump)."""
+        recorded = {t: self.store.schema_versions(t) for t in self.source.tables}
+        captured_before = any(recorded.values())
         for t in self.source.tables:
-            version = version_at(self.store.schema_versions(t), checkpoint)
+            version = version_at(recorded[t], checkpoint)
             if version is None:
+                if captured_before and not recorded[t]:
+                    self._request_dump(t)   # first: a crash before the version asks again
                 version = as_stored(self.source.describe_table(t))
                 self.store.write_schema_version(t, checkpoint, version)
             self.schemas[t] = self.source.adopt_table(t, version)
             self.versions[t] = version
+
+    def _request_dump(self, t: str) -> None:
+        spec = validate_spec(self.source, DumpSpec("table", [t]), self.dump)
+        rid = self.state.create_request(spec.to_dict() | {"requested_by": "tail: a table new to the capture"})
+        self.dump_requests.append({"table": t, "request_id": rid})
+        log.warning("tail %s: %s is new to the capture: its changes are captured from the checkpoint on, and "
+                    "dump request %s fetches the rows it holds (run it: `dblog dump --request %s`, or the "
+                    "table's dump DAG)", self.state.source, t, rid, rid)
 
     def change(self, change: SchemaChange) -> None:
         """After the reader read a table's new shape (every event before it flushed or in

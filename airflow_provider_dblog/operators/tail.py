@@ -44,7 +44,10 @@ class DBLogTailOperator(DBLogHookMixin, BaseOperator):
     Returns (XCom) ``events``, ``flushes``, ``watermarks``, ``lag_s`` (now minus the source
     commit time of the last event flushed), ``start`` / ``end`` (checkpoint positions, as
     encoded ``Position`` strings: ``end`` can feed ``DBLogLagSensor(position=...)``),
-    ``seconds``, ``events_per_s`` and ``per_table``. Metrics: ``dblog.tail.events``
+    ``seconds``, ``events_per_s``, ``per_table`` and ``dump_requests``: the full dumps it
+    requested of tables new to the capture (added to the config: captured from the
+    checkpoint on; the dump fetches the rows they already hold; the task log names each,
+    to run from the table's dump DAG with its request id). Metrics: ``dblog.tail.events``
     (counter), ``dblog.tail.lag_seconds`` and ``dblog.tail.events_per_second`` (gauges),
     tagged with the source.
 
@@ -107,7 +110,7 @@ class DBLogTailOperator(DBLogHookMixin, BaseOperator):
         try:
             source.check_or_raise()
             tail = Tail(source, state, hook.store(name), hook.config.tail, owner=self.lease_owner(context),
-                        abandon_after_s=hook.config.dump.abandon_after)
+                        dump=hook.config.dump)
             self.log.info("tailing source %s for at most %s s / %s events", name, max_seconds, max_events)
             stats = tail.run(max_seconds=max_seconds, max_events=max_events, should_stop=lambda: self._stopping)
         finally:
@@ -122,7 +125,12 @@ class DBLogTailOperator(DBLogHookMixin, BaseOperator):
         out = {"source": name, "events": stats.events, "flushes": stats.flushes,
                "watermarks": stats.watermarks, "lag_s": round(stats.lag_s, 3), "start": stats.start,
                "end": stats.end, "seconds": round(stats.seconds, 3), "events_per_s": rate,
-               "per_table": dict(stats.per_table), "stopped": self._stopping}
+               "per_table": dict(stats.per_table), "stopped": self._stopping,
+               "dump_requests": stats.dump_requests}
+        for new in stats.dump_requests:
+            self.log.warning("%s is new to the capture: its changes are captured from here, and dump request %s "
+                             "fetches the rows it holds: trigger the table's dump DAG with that request id",
+                             new["table"], new["request_id"])
         tags = {"source": name}
         Stats.incr("dblog.tail.events", stats.events, tags=tags)
         Stats.gauge("dblog.tail.lag_seconds", out["lag_s"], tags=tags)

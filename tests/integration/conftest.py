@@ -62,7 +62,7 @@ class CDC:
         def run():
             try:
                 tail = Tail(open_source(self.src_cfg), self.state, self.store, self.cfg.tail,
-                            abandon_after_s=self.cfg.dump.abandon_after)
+                            dump=self.cfg.dump)
                 self.tail_stats.append(tail.run(should_stop=self._tail_stop.is_set))
             except BaseException as e:  # surfaced by stop_tail
                 self.tail_error = e

@@ -388,3 +388,42 @@ def test_fail_stops_the_tail_at_a_change_and_names_the_setting(src_db, make_cdc)
     assert "added note" in str(error) and "schema_changes" in str(error)
     # nothing recorded past the change: a tail started again (the setting changed) meets it again
     assert len(cdc.store.schema_versions(f"{cdc.db}.t")) == 1 and len(cdc.store.schema_versions(f"{cdc.db}.u")) == 2
+
+
+def test_a_table_added_to_the_config_is_captured_from_the_checkpoint_and_its_dump_requested(src_db, make_cdc):
+    """A table added to the config of a source already captured: the next tail captures it
+    from its checkpoint and requests a full dump of it, once; the dump brings the rows it
+    held (some changed while no tail ran), and the target equals the source."""
+    with src_db.cursor() as cur:
+        src_db.create_table(cur, "t", "id INT PRIMARY KEY, v INT")
+        src_db.create_table(cur, "u", "id INT PRIMARY KEY, v INT")
+        cur.execute(f"INSERT INTO u (id, v) SELECT seq, seq FROM {src_db.series(40)}")   # before any capture
+    first = make_cdc(["t"])
+    first.start_tail()
+    _run(src_db, "INSERT INTO t (id, v) VALUES (1, 1)")
+    first.drain()
+    first.stop_tail()
+    _run(src_db, "UPDATE u SET v = v + 100 WHERE id <= 10")     # while no tail reads
+    _run(src_db, "DELETE FROM u WHERE id > 35")
+    same_log = ({"slot": first.src_cfg.slot, "publication": first.src_cfg.publication}
+                if src_db.kind == "postgres" else {})
+    cdc = make_cdc(["t", "u"], source=same_log)                 # the same state and storage: u is new
+    cdc.start_tail()
+
+    def requested() -> list[dict]:
+        reqs = [cdc.state.request(r) for r in cdc.state.requests(10)]
+        return [r for r in reqs if r["spec"]["tables"] == [f"{cdc.db}.u"]]
+    (req,) = wait_until(requested, 30, "the tail to request a dump of the new table")
+    assert req["spec"]["scope"] == "table" and "new to the capture" in req["spec"]["requested_by"]
+    _run(src_db, "INSERT INTO u (id, v) VALUES (100, 100)")      # its changes are captured meanwhile
+    _run(src_db, "UPDATE u SET v = 0 WHERE id = 5")
+    _run(src_db, "INSERT INTO t (id, v) VALUES (2, 2)")
+    assert cdc.dump_spark(req["spec"]["id"])["status"] == "done"
+    cdc.drain()
+    cdc.stop_tail()
+    assert cdc.tail_stats[-1].dump_requests == [{"table": f"{cdc.db}.u", "request_id": req["spec"]["id"]}]
+    cdc.start_tail()                                             # a restart asks nothing more
+    cdc.drain()
+    assert len(requested()) == 1
+    run_apply(cdc.cfg, "tgt", via="local")
+    _equal(cdc, "t", "u")
