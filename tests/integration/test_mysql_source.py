@@ -24,8 +24,7 @@ import pymysql
 import pytest
 
 from airflow_provider_dblog.engine.config import Endpoint, SourceConfig
-from airflow_provider_dblog.engine.errors import (NoPrimaryKeyError, SchemaChangedError,
-                                                  SourceSetupError, UnknownTableError)
+from airflow_provider_dblog.engine.errors import (NoPrimaryKeyError, SourceSetupError, UnknownTableError)
 from airflow_provider_dblog.engine.events import events_to_arrow, rows_of
 from airflow_provider_dblog.engine.reconcile import ERROR_COLUMN
 from airflow_provider_dblog.engine.positions import Position
@@ -786,22 +785,33 @@ def test_a_type_change_and_a_key_change_are_schema_changes(mysql_db, make_source
     assert [(e.key, e.after) for e in rows] == [((1,), {"id": 1, "v": "x"}), (("y",), {"id": 2, "v": "y"})]
 
 
-def test_a_catalog_past_the_log_fails_closed(mysql_db, make_source):
+def test_a_catalog_past_the_log_breaks_only_that_table_and_reading_goes_on(mysql_db, make_source):
     """Read from before two ALTERs, the catalog already has both: the rows between them
-    do not match it, and the reader stops rather than misread them."""
-    t = f"{mysql_db}.t"
+    do not match it. Rather than misread them, the reader breaks the table at the first
+    (its targets stop there until a re-dump), skips them, and reads its rows again once
+    they match; another table's rows are read throughout."""
+    t, o = f"{mysql_db}.t", f"{mysql_db}.o"
     run(f"CREATE TABLE `{mysql_db}`.t (id INT PRIMARY KEY, v INT)")
-    src = make_source([t])
+    run(f"CREATE TABLE `{mysql_db}`.o (id INT PRIMARY KEY)")
+    src = make_source([t, o])
+    src.ensure_watermark_table()
     src.table_schema(t)
+    src.table_schema(o)
     _, resume = src.current_resume()
     run(f"ALTER TABLE `{mysql_db}`.t ADD COLUMN w INT")
     run(f"INSERT INTO `{mysql_db}`.t VALUES (1, 1, 1)")
+    run(f"INSERT INTO `{mysql_db}`.o VALUES (1)")
+    run(f"INSERT INTO `{mysql_db}`.t VALUES (2, 2, 2)")
     run(f"ALTER TABLE `{mysql_db}`.t ADD COLUMN z INT")
-    deadline = time.monotonic() + 30
-    with pytest.raises(SchemaChangedError, match="re-dump") as e:
-        for _ in src.read_log(resume, lambda: time.monotonic() > deadline, server_id=new_server_id()):
-            pass
-    assert t in str(e.value)
+    run(f"INSERT INTO `{mysql_db}`.t VALUES (3, 3, 3, 3)")
+    run(f"INSERT INTO `{mysql_db}`.o VALUES (2)")
+    src.write_watermark("after")
+    items = read_until(src, resume, until_mark("after"))
+    (broken,) = [it for it in items if isinstance(it, TableBroken)]
+    assert broken.table == t and "catalog is already past" in broken.why
+    rows = [(it.event.table, it.event.key) for it in items if isinstance(it, RowChange)]
+    assert rows == [(o, (1,)), (t, (3,)), (o, (2,))]
+    assert [it.pos for it in items if isinstance(it, SchemaChange)][0] < broken.pos
 
 
 @pytest.mark.parametrize("ddl", ["TRUNCATE TABLE `{db}`.t", "DROP TABLE `{db}`.t",

@@ -15,7 +15,7 @@ from airflow_provider_dblog.engine.config import Endpoint, SourceConfig
 from airflow_provider_dblog.engine.errors import SchemaChangedError, SourceSetupError
 from airflow_provider_dblog.engine.events import DELETE, INSERT, UPDATE, rows_of
 from airflow_provider_dblog.engine.sources import open_source
-from airflow_provider_dblog.engine.sources.base import Idle, RowChange, SchemaChange, TableTruncated, TxnEnd
+from airflow_provider_dblog.engine.sources.base import Idle, RowChange, SchemaChange, TableBroken, TableTruncated, TxnEnd
 from airflow_provider_dblog.engine.sources.postgres import lsn_to_int
 
 from helpers import POSTGRES_PORT, pg_connect, unique
@@ -256,9 +256,11 @@ def test_a_changed_relation_is_a_schema_change(db):
     assert src.table_schema("app.t").column("v").type == "int64"
 
 
-def test_a_catalog_past_the_log_stops_with_a_clear_error(db):
+def test_a_catalog_past_the_log_breaks_only_that_table_and_reading_goes_on(db):
     """Read from before two ALTERs, the catalog already has both: the first changed Relation
-    does not match it, and the reader stops rather than misread the rows."""
+    does not match it. Rather than misread the rows, the reader breaks the table there
+    (TableBroken), gives out the catalog's shape, skips its changes, and reads them again
+    once a Relation matches."""
     pg_db, conn = db
     create(conn, "t", "id int PRIMARY KEY, v int")
     src = make(pg_db, ["app.t"])
@@ -268,12 +270,13 @@ def test_a_catalog_past_the_log_stops_with_a_clear_error(db):
     run(conn, "ALTER TABLE app.t ADD COLUMN w text")
     run(conn, "INSERT INTO app.t VALUES (2, 2, 'x')")
     run(conn, "ALTER TABLE app.t ADD COLUMN z text")
-    seen = []
-    deadline = time.monotonic() + 30
-    with pytest.raises(SchemaChangedError, match="app.t changed .*re-dump"):
-        for item in src.read_log(resume, lambda: time.monotonic() > deadline):
-            seen.append(item)
-    assert [e.key for e in changes(seen)] == [(1,)]  # everything before the change was read
+    run(conn, "INSERT INTO app.t VALUES (3, 3, 'x', 'y')")
+    items = read(src, resume, until=lambda items: any(e.key == (3,) for e in changes(items)))
+    (broken,) = [i for i in items if isinstance(i, TableBroken)]
+    assert broken.table == "app.t" and "catalog is past" in broken.why
+    assert [e.key for e in changes(items)] == [(1,), (3,)]      # 2 skipped: its shape is no longer known
+    (shape,) = [i for i in items if isinstance(i, SchemaChange)]
+    assert shape.pos == broken.pos
 
 
 def test_slot_keeps_the_wal_until_the_tail_confirms_it(db):

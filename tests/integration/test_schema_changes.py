@@ -427,3 +427,33 @@ def test_a_table_added_to_the_config_is_captured_from_the_checkpoint_and_its_dum
     assert len(requested()) == 1
     run_apply(cdc.cfg, "tgt", via="local")
     _equal(cdc, "t", "u")
+
+
+def test_a_catalog_past_the_log_quarantines_that_table_and_the_tail_goes_on(src_db, make_cdc):
+    """Two ALTERs while the tail was stopped: when it reads the rows between them the
+    catalog already has both, and no shape it can read them with is known. Only that
+    table stops (quarantined at the first such row); the tail reads on, the other table
+    flows, and a dump of the table releases it."""
+    cdc = _setup(src_db, make_cdc)
+    cdc.start_tail()
+    _run(src_db, "INSERT INTO t (id, v) VALUES (1, 1)")
+    cdc.drain()
+    cdc.stop_tail()
+    _run(src_db, "ALTER TABLE t ADD COLUMN w INT")
+    _run(src_db, "INSERT INTO t (id, v, w) VALUES (2, 2, 2)")
+    _run(src_db, "INSERT INTO u (id, v) VALUES (1, 1)")
+    _run(src_db, "ALTER TABLE t ADD COLUMN z INT")
+    _run(src_db, "INSERT INTO t (id, v, w, z) VALUES (3, 3, 3, 3)")
+    _run(src_db, "INSERT INTO u (id, v) VALUES (2, 2)")
+    cdc.start_tail()
+    cdc.drain()
+    assert cdc.tail_error is None
+    res = run_apply(cdc.cfg, "tgt", via="local")["tables"]
+    assert res[f"{cdc.db}.t"]["status"] == "quarantined" and "past" in res[f"{cdc.db}.t"]["quarantined"]["why"]
+    assert res[f"{cdc.db}.u"]["status"] == "applied"
+    _equal(cdc, "u")
+    rid = cdc.request(DumpSpec("table", [f"{cdc.db}.t"]))
+    assert cdc.dump_spark(rid)["status"] == "done"
+    cdc.drain()
+    assert run_apply(cdc.cfg, "tgt", via="local")["tables"][f"{cdc.db}.t"]["status"] == "applied"
+    _equal(cdc, "t", "u")

@@ -103,6 +103,7 @@ class BinlogReader:
         self.streamed = 0            # changes of the open transaction already given out
         self.savepoints: dict[str, int] = {}
         self.converters: dict[str, RowConverter] = {}
+        self.unreadable: set[str] = set()   # tables whose rows match no shape read (skipped: _other_shape)
         self.connects = 0
         self.should_stop: Callable[[], bool] = lambda: False
         self.stopped = False         # a handler saw should_stop() mid-event
@@ -253,6 +254,7 @@ class BinlogReader:
                 if altered in self.tables and self.refresh is not None:
                     self.tables[altered] = self.refresh(altered)
                     self.converters.pop(altered, None)
+                    self.unreadable.discard(altered)
                     yield SchemaChange(altered, Position(self.file_no, offset, 0),
                                        tuple(renamed_columns(str(ev.query))))
             if q == "ROLLBACK":
@@ -275,9 +277,16 @@ class BinlogReader:
                 yield from self._watermarks(ev, kind)
         elif table in self.tables:
             self.in_txn = True
+            try:
+                held = self._hold_changes(table, ev, kind)
+                self.unreadable.discard(table)
+            except SchemaChangedError as e:
+                if self.refresh is None:
+                    raise
+                held = yield from self._other_shape(table, ev, kind, e)
             # once per rows event, not per row: a stop only ever discards the open
             # (uncommitted) transaction, so checking here loses nothing
-            if self._hold_changes(table, ev, kind) and self.should_stop():
+            if held and self.should_stop():
                 self.stopped = True
             if len(self.txn) >= self.settings.stream_txn_after and not self.savepoints:
                 out, self.txn = self.txn, []
@@ -299,6 +308,34 @@ class BinlogReader:
             if self.should_stop():
                 self.stopped = True
                 return
+
+    def _other_shape(self, table: str, ev: Any, kind: str, error: SchemaChangedError) -> Iterator[LogItem]:
+        """A rows event whose columns are not the table's captured shape: the catalog is
+        read again (a table dropped and created again: SchemaChange at the event, whose
+        rows then match it). Rows that match no shape read (the catalog already past them:
+        two ALTERs while the tail was behind) are skipped, the table broken at the first
+        of them (its targets stop there until a re-dump), until its rows match again.
+        Returns whether the event's changes were taken."""
+        pos = Position(self.file_no, ev.packet.log_pos - ev.packet.event_size, 0)
+        if table in self.unreadable:
+            return False
+        old = self.tables[table]
+        try:
+            self.tables[table] = self.refresh(table)
+        except DBLogError as e:   # gone again, or no key
+            self.unreadable.add(table)
+            yield TableBroken(table, pos, f"{error}; its shape could not be read again ({e})")
+            return False
+        self.converters.pop(table, None)
+        if (self.tables[table].schema, self.tables[table].native) != (old.schema, old.native):
+            yield SchemaChange(table, pos)
+        try:
+            return self._hold_changes(table, ev, kind)
+        except SchemaChangedError as again:
+            self.unreadable.add(table)
+            yield TableBroken(table, pos, f"{again}: the catalog is already past these rows (changed again "
+                                          "since); the table's rows are skipped until they match it")
+            return False
 
     def _hold_changes(self, table: str, ev: Any, kind: str) -> bool:
         """The rows event's changes join the open transaction; False if it had no rows."""

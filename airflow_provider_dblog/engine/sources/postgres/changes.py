@@ -20,8 +20,11 @@
 - A TRUNCATE of a captured table is TableTruncated at its point of the transaction (the
   transaction's changes before it given out first; those held for netting dropped: the
   TRUNCATE removed their rows).
-- Fail closed: a Relation message that the catalog does not match (the table changed
-  again since) (row_images.py refuses what a change itself lacks).
+- A Relation message that the catalog read again does not match (the table changed
+  again since: two ALTERs while the tail was behind) breaks the table there
+  (TableBroken: its targets stop until a re-dump), gives out the catalog's shape
+  (SchemaChange, the shape its rows have once they match it again), and its changes are
+  skipped until a Relation matches (row_images.py refuses what a change itself lacks).
 
 Nothing here imports Airflow.
 """
@@ -34,7 +37,7 @@ from ...events import INSERT, Event
 from ...netting import needs_netting, net_changes
 from ...positions import Position
 from ...schema import TableSchema
-from ..base import LogItem, RowChange, SchemaChange, TableTruncated, TxnEnd, WatermarkSeen
+from ..base import LogItem, RowChange, SchemaChange, TableBroken, TableTruncated, TxnEnd, WatermarkSeen
 from .column_types import NativeColumn, text_converter
 from .lsn import int_to_lsn
 from .pgoutput_messages import (Begin, Commit, Delete, Insert, Relation, StreamAbort, StreamCommit,
@@ -79,6 +82,7 @@ class TransactionAssembler:
         self.stream_after = stream_after
         # relation oid -> (captured table, its schema, Relation, column converters, key getter)
         self.relations: dict[int, tuple] = {}
+        self.unreadable: set[str] = set()   # tables whose Relation matches no shape read: skipped
         self.in_txn = False
         self.commit_lsn = self.seq = self.ts = 0
         # the open transaction's row changes not yet given out; those of tables with a
@@ -103,6 +107,8 @@ class TransactionAssembler:
             pos = Position(0, commit_lsn, self.seq)
             self.seq += 1
             return WatermarkSeen(value.strip(), pos)
+        if schema is None:   # unreadable: skipped (the table is broken there)
+            return None
         if m.__class__ is Insert:
             errs: list = []
             after = row_values(m.new, rel, convs, None, schema, commit_lsn, errs)
@@ -161,8 +167,12 @@ class TransactionAssembler:
             schema, native = self.schemas[table], self.natives[table]
             if relation_problem(m, schema, native) and self.refresh is not None:
                 yield from self._schema_change(table, m)
+                if table in self.unreadable:
+                    self.relations[m.oid] = (table, None, m, [], None)
+                    return
                 schema, native = self.schemas[table], self.natives[table]
             check_relation(m, schema, native)
+            self.unreadable.discard(table)
             convs = [text_converter(native[c.name]) for c in m.columns]
             self.relations[m.oid] = (table, schema, m, convs, key_getter(schema))
         elif table == self.watermark_table:
@@ -171,7 +181,8 @@ class TransactionAssembler:
     def _schema_change(self, table: str, m: Relation) -> Iterator[LogItem]:
         """The table's shape read again; the transaction's changes so far given out first
         (they were decoded with the old one), then SchemaChange at the next change. A
-        catalog that does not match the message (changed again since) fails closed."""
+        catalog that does not match the message (changed again since) breaks the table
+        there (TableBroken, once) and the catalog's shape is given out if it is new."""
         if any(e.table == table for e in self.held):
             raise SchemaChangedError(
                 f"{table} changed (ALTER TABLE) inside a transaction that had changed its rows, under "
@@ -179,8 +190,18 @@ class TransactionAssembler:
         out, self.txn = self.txn, []
         for e in out:
             yield RowChange(e)
+        old = self.schemas[table], self.natives[table]
         self.schemas[table], self.natives[table] = self.refresh(table)
-        check_relation(m, self.schemas[table], self.natives[table])
+        problem = relation_problem(m, self.schemas[table], self.natives[table])
+        pos = Position(0, self.commit_lsn, self.seq)
+        if problem and table not in self.unreadable:
+            self.unreadable.add(table)
+            yield TableBroken(table, pos, f"{table} changed again since this point of the log (the catalog is past "
+                                          f"it): {problem}; its changes are skipped until they match the catalog")
+        if problem and (self.schemas[table], self.natives[table]) == old:
+            return
+        if not problem:
+            self.unreadable.discard(table)
         yield SchemaChange(table, Position(0, self.commit_lsn, self.seq))
 
     def truncate(self, m: Truncate) -> Iterator[LogItem]:
