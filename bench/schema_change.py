@@ -8,7 +8,10 @@ same set-up, twice each, alternating:
 
 * baseline: one row updated, then ``dblog apply`` (in-process) until the target shows it;
 * schema change: ``ALTER TABLE ... ADD COLUMN extra_<n> VARCHAR(20) NULL`` and one row
-  given a value in it, then the same until the target has the column and that value.
+  given a value in it, then the same until the target has the column and that value;
+* with a default: ``ADD COLUMN filled_<n> VARCHAR(20) NOT NULL DEFAULT 'd<n>'``, then the
+  same until an old row the change did not touch shows the default in the target (its
+  existing rows given the value the source gives them, without a table rewrite).
 
 Each time is from the statement's commit to the target showing it, and the result is the
 ratio of the schema change's to the baseline's (medians). No re-dump: the check that none
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         run_apply(env.cfg, "tgt", via="spark")
         load_s = time.monotonic() - t0
         conn = src.connect()
-        baseline, change, alter = [], [], []
+        baseline, change, alter, filled = [], [], [], []
         for i in range(a.repeat):
             row = 1 + (i * 7919) % a.rows
             with conn.cursor() as cur:
@@ -112,11 +115,19 @@ def main(argv: list[str] | None = None) -> int:
                 cur.execute(f"UPDATE {src.qualified(TABLE)} SET {col} = %s WHERE id = %s", (f"v{i}", row))
             env.src_schema = source.refresh_schema(src.qualified(TABLE))
             change.append(_until_target_has(env, col, row, f"v{i}", since))
+            col, old_row = f"filled_{i}", 1 + (i * 104729 + 13) % a.rows
+            with conn.cursor() as cur:
+                since = time.monotonic()
+                cur.execute(f"ALTER TABLE {src.qualified(TABLE)} ADD COLUMN {col} VARCHAR(20) NOT NULL DEFAULT 'd{i}'")
+            env.src_schema = source.refresh_schema(src.qualified(TABLE))
+            filled.append(_until_target_has(env, col, old_row, f"d{i}", since))
         requests = len(env.state.requests(limit=100))
         result = {"source": a.source, "rows": a.rows, "seed_s": round(seed_s, 1), "load_s": round(load_s, 1),
                   "alter_at_source_s": [round(x, 3) for x in alter],
                   "baseline_s": [round(x, 3) for x in baseline], "schema_change_s": [round(x, 3) for x in change],
                   "ratio": round(statistics.median(change) / statistics.median(baseline), 2),
+                  "with_default_s": [round(x, 3) for x in filled],
+                  "with_default_ratio": round(statistics.median(filled) / statistics.median(baseline), 2),
                   "dump_requests": requests}
         (a.out / "schema-change.json").write_text(json.dumps(result, indent=2))
         print(json.dumps(result, indent=2))

@@ -67,3 +67,49 @@ def test_a_chunk_passes_exactly_when_it_is_in_the_shape_holding_throughout_its_w
                 (starts, lw, hw, read_at, problem)
             if problem is None:   # then the apply, reading at the HW, sees that shape too
                 assert TableSchema.from_dict(version_at(versions, pos(hw))["schema"]) == selected
+
+
+@st.composite
+def version_histories(draw):
+    """Versions at random positions, each a change of shape or not (the same columns: a
+    longer VARCHAR), some a TRUNCATE; an apply's checkpoint and frontier."""
+    starts = sorted(draw(st.sets(st.integers(1, 200), min_size=1, max_size=8)))
+    kinds = [draw(st.sampled_from(["add", "same", "truncate"])) for _ in starts[1:]]
+    applied = draw(st.none() | st.integers(starts[0], 220))
+    frontier = draw(st.integers(applied or starts[0], 230))
+    return starts, kinds, applied, frontier
+
+
+@settings(max_examples=200, deadline=None)
+@given(version_histories())
+def test_an_apply_steps_through_exactly_the_changes_of_shape_in_position_order(history):
+    """The apply's planning (``apply_plan.next_change`` / ``shape_at``, on the engine's
+    store) walked from a checkpoint to the frontier, as one apply run does: each batch is
+    read in the shape holding at its start, ends at the next version that changes the
+    table (an added column, a TRUNCATE; not a version of the same columns), and every such
+    version between checkpoint and frontier is a step, once, in order."""
+    from airflow_provider_dblog.engine.apply_plan import next_change, shape_at
+    starts, kinds, applied, frontier = history
+    with tempfile.TemporaryDirectory() as root:
+        store = EventStore(root, "src")
+        n = 0
+        store.write_schema_version(TABLE, pos(starts[0]), as_stored({"schema": shape(0).to_dict()}))
+        for start, kind in zip(starts[1:], kinds):
+            n += kind == "add"
+            store.write_schema_version(TABLE, pos(start), as_stored(
+                {"schema": shape(n).to_dict()} | ({"truncated": True} if kind == "truncate" else {})))
+        versions = store.schema_versions(TABLE)
+        at, steps = None if applied is None else pos(applied), []
+        while True:
+            read_in = shape_at(versions, shape(99), at)
+            holding = version_at(versions, at) if at is not None else versions[0][1]
+            assert read_in == TableSchema.from_dict((holding or versions[0][1])["schema"])
+            change = next_change(versions, at, pos(frontier))
+            if change is None:
+                break
+            assert at is None or change[0] > at
+            steps.append(change[0])
+            at = change[0]
+        expected = [pos(s) for s, k in zip(starts[1:], kinds) if k != "same"
+                    and (applied is None or s > applied) and s < frontier]
+        assert steps == expected
