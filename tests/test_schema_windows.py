@@ -111,5 +111,5 @@ def test_an_apply_steps_through_exactly_the_changes_of_shape_in_position_order(h
             steps.append(change[0])
             at = change[0]
         expected = [pos(s) for s, k in zip(starts[1:], kinds) if k != "same"
-                    and (applied is None or s > applied) and s < frontier]
+                    and (applied is None or s > applied) and s <= frontier]
         assert steps == expected

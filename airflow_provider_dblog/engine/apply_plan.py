@@ -151,10 +151,12 @@ def shape_at(versions: list[tuple[Position, dict]], catalog: TableSchema, applie
 
 def next_change(versions: list[tuple[Position, dict]], applied: Position | None,
                 frontier: Position) -> tuple[Position, Evolution, TableSchema] | None:
-    """The first version after ``applied`` and before ``frontier`` that changes the table's
-    shape (a batch ends there), with its evolution and its shape; None if none does."""
+    """The first version after ``applied`` and up to ``frontier`` that changes the table's
+    shape (a batch ends there), with its evolution and its shape; None if none does. One at
+    the frontier is taken too: the tail wrote it before its checkpoint reached it (a
+    change with no event after it yet, e.g. an ALTER on a quiet table, reaches the target)."""
     for (_, before), (at, version) in zip(versions, versions[1:]):
-        if (applied is None or at > applied) and at < frontier:
+        if (applied is None or at > applied) and at <= frontier:
             ev = version_evolution(before, version)
             if ev.changed:
                 return at, ev, TableSchema.from_dict(version["schema"])

@@ -197,3 +197,32 @@ def test_the_shipped_dump_dag_runs_each_chunk_as_a_task_group_and_continues_in_a
     apply_now(d)
     diff = d.compare(d.chunked)
     assert diff.equal, diff.describe()
+
+
+def test_a_quarantined_table_shows_in_the_apply_task_and_a_repair_from_the_form_releases_it(deployment):
+    """A statement that changed ``chunked``'s rows without row events (MariaDB's CREATE OR
+    REPLACE TABLE, here with the same shape, and the same rows written again, so the other
+    tests see the same table): the apply task still succeeds, its result and log name the
+    quarantine and the fix, the other table flows; a repair of the table from the form
+    (scope "table") releases it, and the target equals the source."""
+    from airflow_provider_dblog.engine.quarantine import quarantined
+    d, api = deployment, deployment.api
+    d.setup.execute("CREATE OR REPLACE TABLE chunked (id INT PRIMARY KEY, v INT NOT NULL)")
+    d.setup.execute("INSERT INTO chunked SELECT seq, 0 FROM seq_1_to_50")
+    d.setup.execute("INSERT INTO items VALUES (9101, 'q', 1)")
+    run_id = apply_now(d)
+    tables = api.xcom(APPLY, run_id, "apply")["tables"]
+    assert tables[d.chunked]["status"] == "quarantined", tables
+    assert "CREATE OR REPLACE" in tables[d.chunked]["quarantined"]["why"]
+    assert tables[d.items]["status"] in ("applied", "up_to_date", "empty"), tables
+    log = api.task_log(APPLY, run_id, "apply")
+    assert f"{d.chunked} -> tgt: quarantined" in log and f"dump --table {d.chunked}" in log
+    assert list(quarantined(d.setup.state())) == [d.chunked]
+
+    run_id, state, tasks = api.run_dag(REPAIR, {"scope": "table", "table": d.chunked}, timeout=RUN_TIMEOUT)
+    assert (state, tasks) == ("success", {"create_request": "success", "dump": "success",
+                                          "apply__tgt": "success"}), (state, tasks)
+    apply_now(d)
+    assert quarantined(d.setup.state()) == {}
+    diff = d.compare(d.chunked)
+    assert diff.equal, diff.describe()

@@ -457,3 +457,21 @@ def test_a_catalog_past_the_log_quarantines_that_table_and_the_tail_goes_on(src_
     cdc.drain()
     assert run_apply(cdc.cfg, "tgt", via="local")["tables"][f"{cdc.db}.t"]["status"] == "applied"
     _equal(cdc, "t", "u")
+
+
+@pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)
+def test_a_change_on_a_quiet_table_reaches_the_target_without_a_later_write(src_db, make_cdc):
+    """An ALTER with no row event after it (MariaDB logs the statement; PostgreSQL's log
+    shows a change only with the table's next row change): the tail's checkpoint stops at
+    the change itself, and the apply takes it there: the target gets the column, its
+    existing rows the source's default."""
+    cdc = _setup(src_db, make_cdc)
+    cdc.start_tail()
+    _run(src_db, "INSERT INTO t (id, v) VALUES (1, 1), (2, 2)")
+    cdc.drain()
+    run_apply(cdc.cfg, "tgt", via="local")
+    _run(src_db, "ALTER TABLE t ADD COLUMN s VARCHAR(10) NOT NULL DEFAULT 'quiet'")
+    cdc.drain()
+    t = run_apply(cdc.cfg, "tgt", via="local")["tables"][f"{cdc.db}.t"]
+    assert [e["change"] for e in t.get("evolved", [])] == ["existing rows given the default of s; added s"], t
+    _equal(cdc, "t", "u")
