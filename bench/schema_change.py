@@ -9,9 +9,9 @@ same set-up, twice each, alternating:
 * baseline: one row updated, then ``dblog apply`` (in-process) until the target shows it;
 * schema change: ``ALTER TABLE ... ADD COLUMN extra_<n> VARCHAR(20) NULL`` and one row
   given a value in it, then the same until the target has the column and that value;
-* with a default: ``ADD COLUMN filled_<n> VARCHAR(20) NOT NULL DEFAULT 'd<n>'``, then the
-  same until an old row the change did not touch shows the default in the target (its
-  existing rows given the value the source gives them, without a table rewrite).
+* with a default: ``ADD COLUMN filled_<n> VARCHAR(20) NOT NULL DEFAULT 'd<n>'`` and another
+  row updated, then the same until an old row neither touched shows the default in the
+  target (its existing rows given the value the source gives them, without a rewrite).
 
 Each time is from the statement's commit to the target showing it, and the result is the
 ratio of the schema change's to the baseline's (medians). No re-dump: the check that none
@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             with conn.cursor() as cur:
                 since = time.monotonic()
                 cur.execute(f"ALTER TABLE {src.qualified(TABLE)} ADD COLUMN {col} VARCHAR(20) NOT NULL DEFAULT 'd{i}'")
+                # another row written after it (PostgreSQL's log shows the change with the next row change)
+                cur.execute(src.update_sql(TABLE), (2000 + i, row))
             env.src_schema = source.refresh_schema(src.qualified(TABLE))
             filled.append(_until_target_has(env, col, old_row, f"d{i}", since))
         requests = len(env.state.requests(limit=100))
