@@ -475,3 +475,43 @@ def test_a_change_on_a_quiet_table_reaches_the_target_without_a_later_write(src_
     t = run_apply(cdc.cfg, "tgt", via="local")["tables"][f"{cdc.db}.t"]
     assert [e["change"] for e in t.get("evolved", [])] == ["existing rows given the default of s; added s"], t
     _equal(cdc, "t", "u")
+
+
+@pytest.mark.parametrize("ddl", ["narrow", "volatile-default"])
+def test_a_quarantining_change_in_the_middle_of_a_dump_and_writes_holds_only_that_table(src_db, make_cdc, ddl):
+    """A change the targets cannot follow, made after a chunk of a running repair dump of
+    the table, under writers on it and on another table: the dump finishes (its chunks in
+    the new shape), the tail keeps up, the other table flows and equals the source, the
+    table stops at the change; a full dump requested after it releases it."""
+    ddl = {"narrow": NARROW, "volatile-default": VOLATILE}[ddl][src_db.kind]
+    with src_db.cursor() as cur:
+        src_db.create_table(cur, "t", "id INT PRIMARY KEY, v INT")
+        src_db.create_table(cur, "u", "id INT PRIMARY KEY, v INT")
+    cdc = make_cdc(["t", "u"], dump={"chunk_size": 5})
+    cdc.start_tail()
+    _run(src_db, f"INSERT INTO t (id, v) SELECT seq, seq FROM {src_db.series(30)}")
+    cdc.drain()
+    run_apply(cdc.cfg, "tgt", via="local")
+    steps = [ddl]
+
+    def after_chunk(table: str, progress: dict) -> None:
+        if steps:
+            _run(src_db, steps.pop(0))
+            cdc.drain(timeout=20)
+
+    with Writer(src_db, ["t", "u"]) as writer:
+        wait_until(lambda: writer.writes > 100, 60, "writes before the change")
+        rid = cdc.request(DumpSpec("keys", [f"{cdc.db}.t"], keys=[[i] for i in range(1, 31)]))
+        DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump, on_chunk=after_chunk).run(rid)
+        assert not steps and cdc.state.request(rid)["status"] == "done"
+        wait_until(lambda: writer.writes > 300, 60, "writes after the change")
+    cdc.drain()
+    assert cdc.tail_error is None
+    res = run_apply(cdc.cfg, "tgt", via="local")["tables"]
+    assert res[f"{cdc.db}.t"]["status"] == "quarantined" and res[f"{cdc.db}.u"]["status"] == "applied", res
+    _equal(cdc, "u")
+    rid = cdc.request(DumpSpec("table", [f"{cdc.db}.t"], chunk_size=10_000))
+    assert cdc.dump_spark(rid)["status"] == "done"
+    cdc.drain()
+    assert run_apply(cdc.cfg, "tgt", via="local")["tables"][f"{cdc.db}.t"]["status"] == "applied"
+    _equal(cdc, "t", "u")
