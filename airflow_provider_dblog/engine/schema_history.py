@@ -32,10 +32,13 @@ def as_stored(version: dict) -> dict:
     return json.loads(json.dumps(version, sort_keys=True))
 
 
+DESCRIBED = ("schema", "native", "extra")   # what a source's describe_table gives; the tail adds the rest
+
+
 def same_description(a: dict, b: dict) -> bool:
     """Two versions describe the same shape (what the source describes; not what the tail
     added: the behaviour, the renames, a quarantine)."""
-    return all(a.get(k) == b.get(k) for k in ("schema", "native", "extra"))
+    return all(a.get(k) == b.get(k) for k in DESCRIBED)
 
 
 def version_at(versions: list[tuple[Position, dict]], pos: Position, inclusive: bool = True) -> dict | None:

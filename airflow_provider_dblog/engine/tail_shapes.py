@@ -15,7 +15,7 @@ from .quarantine import quarantine_table
 from .requests import DumpSpec, validate_spec
 from .schema import TableSchema
 from .schema_evolution import EVOLVE, FAIL, LENIENT, Evolution, added_with_values, renames, version_evolution
-from .schema_history import as_stored, same_description, version_at
+from .schema_history import DESCRIBED, as_stored, same_description, version_at
 from .sources.base import SchemaChange, Source, TableTruncated
 from .state import RedisState
 from .store import EventStore
@@ -102,7 +102,7 @@ class TableShapes:
             raise SchemaChangedError(f"{t} was truncated at {item.pos}. The tail stops here; set the table's "
                                      "schema_changes to evolve (its targets are emptied there too), lenient or "
                                      "ignore (they keep their rows), and start the tail again")
-        version = {k: self.versions[t][k] for k in ("schema", "native", "extra")}
+        version = {k: self.versions[t][k] for k in DESCRIBED}
         version |= {"behaviour": behaviour, "renamed": [], "truncated": True}
         self.store.write_schema_version(t, item.pos, version)
         self.versions[t] = version

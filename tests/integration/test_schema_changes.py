@@ -61,6 +61,27 @@ class Writer:
         assert self.error is None, self.error
 
 
+def _during_a_dump(src_db, cdc, steps: list[str], rows: int, writes_after: int = 300) -> None:
+    """Run ``steps`` one after each chunk of a repair dump of ``t`` (keys 1..``rows``), under
+    a writer on ``t`` and ``u``; the tail keeps up after each (a drain within 20 s: the lag
+    bound). Then the dump is done and the log drained, the tail never stopped."""
+    steps = list(steps)
+
+    def after_chunk(table: str, progress: dict) -> None:
+        if steps:
+            _run(src_db, steps.pop(0))
+            cdc.drain(timeout=20)
+
+    with Writer(src_db, ["t", "u"]) as writer:
+        wait_until(lambda: writer.writes > 100, 60, "writes before the changes")
+        rid = cdc.request(DumpSpec("keys", [f"{cdc.db}.t"], keys=[[i] for i in range(1, rows + 1)]))
+        DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump, on_chunk=after_chunk).run(rid)
+        assert not steps and cdc.state.request(rid)["status"] == "done"
+        wait_until(lambda: writer.writes > writes_after, 60, "writes after the changes")
+    cdc.drain()
+    assert cdc.tail_error is None
+
+
 def _setup(src_db, make_cdc):
     with src_db.cursor() as cur:
         src_db.create_table(cur, "t", "id INT PRIMARY KEY, v INT")
@@ -227,19 +248,8 @@ def test_a_truncate_empties_the_target_under_evolve_and_lenient_keeps_its_rows(s
     _run(src_db, f"INSERT INTO t (id, v) SELECT seq, seq FROM {src_db.series(30)}")
     cdc.drain()
     run_apply(cdc.cfg, "tgt", via="local")
-    steps = ["TRUNCATE TABLE t", f"INSERT INTO t (id, v) SELECT seq, seq * 2 FROM {src_db.series(10)}"]
-
-    def after_chunk(table: str, progress: dict) -> None:
-        if steps:
-            _run(src_db, steps.pop(0))
-
-    with Writer(src_db, ["t", "u"]) as writer:
-        wait_until(lambda: writer.writes > 100, 60, "writes before the TRUNCATE")
-        rid = cdc.request(DumpSpec("keys", [f"{cdc.db}.t"], keys=[[i] for i in range(1, 31)]))
-        DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump, on_chunk=after_chunk).run(rid)
-        wait_until(lambda: writer.writes > 300, 60, "writes after the TRUNCATE")
-    cdc.drain()
-    assert cdc.tail_error is None and not steps
+    _during_a_dump(src_db, cdc, ["TRUNCATE TABLE t",
+                                 f"INSERT INTO t (id, v) SELECT seq, seq * 2 FROM {src_db.series(10)}"], rows=30)
     t = run_apply(cdc.cfg, "tgt", via="local")["tables"][f"{cdc.db}.t"]
     assert t["status"] == "applied", t
     if behaviour == "evolve":
@@ -334,21 +344,8 @@ def test_compatible_changes_flow_under_each_behaviour(src_db, make_cdc, behaviou
                     f"FROM {src_db.series(60)}")
     cdc.drain()
     run_apply(cdc.cfg, "tgt", via="local")
-    steps = [sql[src_db.kind] for _, sql, under in CHANGES if behaviour in under]
-
-    def after_chunk(table: str, progress: dict) -> None:   # one change after each chunk of the dump
-        if steps:
-            _run(src_db, steps.pop(0))
-            cdc.drain(timeout=20)
-
-    with Writer(src_db, ["t", "u"]) as writer:
-        wait_until(lambda: writer.writes > 100, 60, "writes before the changes")
-        rid = cdc.request(DumpSpec("keys", [f"{cdc.db}.t"], keys=[[i] for i in range(1, 61)]))
-        DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump, on_chunk=after_chunk).run(rid)
-        assert not steps and cdc.state.request(rid)["status"] == "done"
-        wait_until(lambda: writer.writes > 600, 60, "writes after the changes")
-    cdc.drain()
-    assert cdc.tail_error is None
+    _during_a_dump(src_db, cdc, [sql[src_db.kind] for _, sql, under in CHANGES if behaviour in under],
+                   rows=60, writes_after=600)
     res = run_apply(cdc.cfg, "tgt", via="spark" if behaviour == "evolve" else "local")
     t = res["tables"][f"{cdc.db}.t"]
     assert t["status"] == "applied" and len(t["evolved"]) == len([1 for w, _, u in CHANGES
@@ -492,21 +489,7 @@ def test_a_quarantining_change_in_the_middle_of_a_dump_and_writes_holds_only_tha
     _run(src_db, f"INSERT INTO t (id, v) SELECT seq, seq FROM {src_db.series(30)}")
     cdc.drain()
     run_apply(cdc.cfg, "tgt", via="local")
-    steps = [ddl]
-
-    def after_chunk(table: str, progress: dict) -> None:
-        if steps:
-            _run(src_db, steps.pop(0))
-            cdc.drain(timeout=20)
-
-    with Writer(src_db, ["t", "u"]) as writer:
-        wait_until(lambda: writer.writes > 100, 60, "writes before the change")
-        rid = cdc.request(DumpSpec("keys", [f"{cdc.db}.t"], keys=[[i] for i in range(1, 31)]))
-        DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump, on_chunk=after_chunk).run(rid)
-        assert not steps and cdc.state.request(rid)["status"] == "done"
-        wait_until(lambda: writer.writes > 300, 60, "writes after the change")
-    cdc.drain()
-    assert cdc.tail_error is None
+    _during_a_dump(src_db, cdc, [ddl], rows=30)
     res = run_apply(cdc.cfg, "tgt", via="local")["tables"]
     assert res[f"{cdc.db}.t"]["status"] == "quarantined" and res[f"{cdc.db}.u"]["status"] == "applied", res
     _equal(cdc, "u")
