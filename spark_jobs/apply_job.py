@@ -152,9 +152,9 @@ def main(argv: list[str] | None = None) -> dict:
     tcfg = cfg.target(args.target)
     scfg = cfg.source(tcfg.source)
     tables = resolve_tables(scfg, args.tables)
-    schemas = load_schemas(scfg, tables, args.schema_file, cfg.apply.retry_for_s)
     parts = Wiring(cfg, scfg.name)
     state, store = parts.state, parts.store
+    schemas = load_schemas(scfg, tables, args.schema_file, cfg.apply.retry_for_s, store)
     target = open_target(tcfg)
     applier = Applier(lambda: spark_session(f"dblog-apply-{tcfg.name}"), target, store, state, scfg.name)
     try:

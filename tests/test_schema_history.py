@@ -10,7 +10,8 @@ import pytest
 from airflow_provider_dblog.engine.arrow_values import decode_row, encode_row, from_arrow
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.schema import Column, TableSchema
-from airflow_provider_dblog.engine.schema_evolution import evolution, renames, widens
+from airflow_provider_dblog.engine.schema_evolution import (evolution, native_widens, recreated_columns, renames,
+                                                            version_evolution, widens)
 from airflow_provider_dblog.engine.schema_history import as_stored, same_description, version_at
 
 
@@ -97,6 +98,52 @@ def test_a_column_added_with_a_default_or_generated_does_not_flow_unless_ignored
 ])
 def test_widening(old, new, wider):
     assert widens(old, new) is wider
+
+
+@pytest.mark.parametrize("old, new, wider", [
+    ("character varying(10)", "character varying(40)", True), ("character varying(40)", "character varying(10)", False),
+    ("character varying(10)", "character varying", True), ("character varying(10)", "text", True),
+    ("character varying(10)[]", "character varying(20)[]", True), ("character(5)", "character(8)", False),
+    ("bit(4)", "bit(6)", False), ("bit varying(4)", "bit varying(6)", True),
+    ("timestamp(0) without time zone", "timestamp(3) without time zone", True),
+    ("timestamp(6) without time zone", "timestamp(0) without time zone", False),
+    ("timestamp without time zone", "timestamp(3) without time zone", False),     # no modifier: 6 digits
+    ("time(3) with time zone", "time with time zone", True), ("interval(2)", "interval", True),
+    ("timestamp(3) without time zone", "timestamp(3) with time zone", False),
+])
+def test_widening_of_a_postgresql_type_modifier(old, new, wider):
+    assert native_widens(old, new) is wider
+    assert widens(f"text:{old}", f"text:{new}") is wider      # time, interval, varbit: carried as text
+
+
+def _pg_version(*columns, attnums=None) -> dict:
+    """A PostgreSQL version: (name, logical, formatted) columns, attnums in order unless given."""
+    schema = table(("id", "int32", False), *[(n, t) for n, t, _ in columns])
+    native = [{"name": "id", "formatted": "integer"}] + [{"name": n, "formatted": f} for n, _, f in columns]
+    ids = attnums or {c.name: i + 1 for i, c in enumerate(schema.columns)}
+    return {"schema": schema.to_dict(), "native": native, "extra": {"attnums": ids}, "behaviour": "evolve"}
+
+
+def test_a_type_modifier_change_widens_or_quarantines_by_the_source_types():
+    old = _pg_version(("amount", "numeric(10,2)", "numeric(10,2)"), ("note", "string", "character varying(20)"))
+    wider = _pg_version(("amount", "numeric(12,3)", "numeric(12,3)"), ("note", "string", "character varying(40)"))
+    ev = version_evolution(old, wider)
+    assert ev.compatible and ev.retype == (("amount", "numeric(12,3)"),), ev
+    shrunk = _pg_version(("amount", "numeric(10,1)", "numeric(10,1)"), ("note", "string", "character varying(20)"))
+    assert "amount changed type from numeric(10,2) to numeric(10,1)" in version_evolution(old, shrunk).describe()
+    narrower = _pg_version(("amount", "numeric(10,2)", "numeric(10,2)"), ("note", "string", "character varying(5)"))
+    ev = version_evolution(old, narrower)
+    assert not ev.compatible and "note changed type from character varying(20) to character varying(5)" in ev.describe()
+
+
+def test_a_column_dropped_and_added_again_under_its_name_quarantines():
+    old = _pg_version(("note", "string", "text"))
+    again = _pg_version(("note", "string", "text"), attnums={"id": 1, "note": 3})
+    assert recreated_columns(old, again) == ("note",)
+    ev = version_evolution(old, again)
+    assert not ev.compatible and "note was dropped and added again" in ev.describe()
+    assert version_evolution(old, old).compatible and not recreated_columns(old, old)
+    assert recreated_columns({"extra": {}}, again) == ()          # MySQL: no identities recorded
 
 
 def test_renames_by_identity_or_by_statement():

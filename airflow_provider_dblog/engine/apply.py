@@ -101,10 +101,10 @@ def _apply_local(config: Config, tcfg: TargetConfig, tables: str | list[str] | N
     started = time.monotonic()
     scfg = config.source(tcfg.source)
     names = resolve_tables(scfg, tables)
-    if schemas is None:
-        schemas = load_schemas(scfg, names, schema_file, config.apply.retry_for_s)
     parts = Wiring(config, scfg.name)
     state, store = parts.state, parts.store
+    if schemas is None:
+        schemas = load_schemas(scfg, names, schema_file, config.apply.retry_for_s, store)
     target = open_target(tcfg)
     applier = LocalApplier(target, store, state, scfg.name)
     try:

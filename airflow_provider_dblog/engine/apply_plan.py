@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .config import Config, SourceConfig, TargetConfig
-from .errors import SourceUnavailableError, TargetUnavailableError
+from .errors import SourceUnavailableError, TargetUnavailableError, UnknownTableError
 from .events import DELETE
 from .positions import Position
 from .retry import Retrier, count_retry, redis_is_transient
@@ -57,10 +57,12 @@ def resolve_tables(scfg: SourceConfig, tables: str | list[str] | None) -> list[s
 
 
 def load_schemas(scfg: SourceConfig, tables: list[str], schema_file: str = "",
-                 retry_for_s: float = 0.0) -> dict[str, TableSchema]:
+                 retry_for_s: float = 0.0, store=None) -> dict[str, TableSchema]:
     """The tables' schemas: from ``schema_file`` (JSON ``{db.table: TableSchema.to_dict()}``)
     if given, else asked from the source; the source away: asked again with backoff for up
-    to ``retry_for_s`` (``apply.retry_for_s``: an apply outlives a source restart too)."""
+    to ``retry_for_s`` (``apply.retry_for_s``: an apply outlives a source restart too). A
+    table gone from the source (renamed away, dropped: the tail quarantined it) takes the
+    latest shape the tail recorded in ``store``, so that it stops only itself."""
     if schema_file:
         with open(schema_file) as f:
             raw = json.load(f)
@@ -72,9 +74,18 @@ def load_schemas(scfg: SourceConfig, tables: list[str], schema_file: str = "",
 
     source = open_source(scfg)
 
+    def schema(t: str) -> TableSchema:
+        try:
+            return source.table_schema(t)
+        except UnknownTableError:
+            versions = store.schema_versions(t) if store is not None else []
+            if not versions:
+                raise
+            return TableSchema.from_dict(versions[-1][1]["schema"])
+
     def ask() -> dict[str, TableSchema]:
         try:
-            return {t: source.table_schema(t) for t in tables}
+            return {t: schema(t) for t in tables}
         except Exception:
             source.close()  # a dead connection: the next attempt opens a new one
             raise

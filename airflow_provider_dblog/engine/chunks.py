@@ -7,9 +7,12 @@ them is engine/dump.py, which re-exports them.
 """
 from __future__ import annotations
 
+import decimal
 import json
 from dataclasses import dataclass, field
+from typing import Any, Sequence
 
+from .errors import DBLogError
 from .keys import encode_scalar
 from .state import RedisState
 from .windows import Window
@@ -43,6 +46,25 @@ class ChunkTask:
     @classmethod
     def from_dict(cls, d: dict) -> "ChunkTask":
         return cls(**d)
+
+
+class ChunkOrderError(DBLogError):
+    """A range dump's chunk ends at or before the previous one's end, in the key's order: its
+    plan and its key comparisons disagree (the dump would loop or skip rows)."""
+
+
+def advances(last: Sequence[tuple[bool, Any]], end: Sequence[tuple[bool, Any]]) -> bool | None:
+    """Whether key ``end`` comes after key ``last`` (each ``Source.key_order``: (orderable,
+    value) per column, compared column by column); None when the first column in which they
+    differ cannot be ordered here (text: the server's collation decides)."""
+    for (ok_a, a), (ok_b, b) in zip(last, end):
+        try:
+            if a == b:
+                continue
+            return b > a if ok_a and ok_b else None
+        except (TypeError, decimal.InvalidOperation):
+            return None
+    return False
 
 
 def fail_window(state: RedisState, window: Window, error: BaseException | str, step: str,

@@ -18,7 +18,16 @@ TRUNCATE      target emptied              target keeps its rows       target kee
 value they had, rows inserted after it hold null there (the merge writes only the
 source's columns). Widening: a wider integer (TINYINT < SMALLINT < INT < BIGINT), a
 DECIMAL / NUMERIC with at least as many digits on each side of the point, or one without
-limits. Whatever the behaviour, the change quarantines the table (engine/quarantine.py)
+limits; on PostgreSQL, whose versions give each column's type with its modifier
+(``native_widens``), also a longer varchar(n) / varbit(n) (or one without a limit) and a
+finer time / timestamp / interval precision. Any other change of a type modifier may have
+rewritten the values at the source without row events (a scale or precision that shrank,
+char(n) padded again, bit(n), ``TYPE ... USING`` into another modifier): it quarantines.
+A column dropped and added again under the same name between two versions (PostgreSQL: a
+new attnum under the name; the log showed no version without it) quarantines as well: the
+source reset its values at a point the log does not show.
+
+Whatever the behaviour, the change quarantines the table (engine/quarantine.py)
 when no row event carries what it did to existing rows and the source cannot say it: a
 column added with a default the source evaluated per row (CURRENT_TIMESTAMP, a volatile
 function), NOT NULL without one, or generated (``ignore`` takes it, not carrying the
@@ -35,6 +44,7 @@ always the one holding at its checkpoint. Nothing here imports Airflow.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .arrow_values import decode_row
@@ -100,8 +110,34 @@ def parse_setting(value, tables: tuple[str, ...]) -> tuple[str, tuple[tuple[str,
     return value.get("default", EVOLVE), tuple((t, b) for t, b in value.items() if t != "default")
 
 
+# a source type's modifier as PostgreSQL's format_type prints it: "character varying(20)",
+# "timestamp(3) without time zone", "interval(2)", with "[]" for an array
+_LENGTHS = re.compile(r"(character varying|bit varying)(?:\((\d+)\))?(\[\])?")
+_PRECISIONS = re.compile(r"(timestamp|time|interval)(?:\((\d+)\))?( with(?:out)? time zone)?(\[\])?")
+
+
+def native_widens(old: str, new: str) -> bool:
+    """Every value of source type ``old`` is a value of ``new``, unchanged (PostgreSQL's
+    format_type text): a longer or unlimited varchar / varbit, varchar into text, a finer
+    (or the default, 6) time / timestamp / interval precision."""
+    if old == new:
+        return True
+    o, n = _LENGTHS.fullmatch(old), _LENGTHS.fullmatch(new)
+    if o and (n or new == "text" and o.group(1) == "character varying" and not o.group(3)):
+        if new == "text":
+            return True
+        return (o.group(1), o.group(3)) == (n.group(1), n.group(3)) and (
+            not n.group(2) or bool(o.group(2)) and int(n.group(2)) >= int(o.group(2)))
+    o, n = _PRECISIONS.fullmatch(old), _PRECISIONS.fullmatch(new)
+    if o and n and (o.group(1), o.group(3), o.group(4)) == (n.group(1), n.group(3), n.group(4)):
+        return int(n.group(2) or 6) >= int(o.group(2) or 6)
+    return False
+
+
 def widens(old: str, new: str) -> bool:
     """Every value of logical type ``old`` is a value of ``new``, unchanged."""
+    if old.startswith("text:") and new.startswith("text:"):
+        return native_widens(old[5:], new[5:])
     if old in _INT_BITS and new in _INT_BITS:
         return _INT_BITS[new] >= _INT_BITS[old]
     o = DECIMAL_TYPE.match(old) or NUMERIC_TYPE.match(old)
@@ -117,14 +153,17 @@ def widens(old: str, new: str) -> bool:
 def evolution(old: TableSchema, new: TableSchema, behaviour: str = EVOLVE,
               defaults: dict[str, object] | None = None,
               renamed: list[tuple[str, str]] | tuple = (), fill_values: str = "",
-              truncated: bool = False) -> Evolution:
+              truncated: bool = False, native: dict[str, tuple[str, str]] | None = None,
+              recreated: tuple[str, ...] | list = ()) -> Evolution:
     """How the targets take the change from ``old`` to ``new`` under ``behaviour``.
     ``defaults``: the new columns' defaults as the source reports them (a default gives
     existing rows a value no event carries); ``renamed``: (old, new) column names the
     source says were renamed (:func:`renames`); ``fill_values``: the value existing rows
     of added columns hold, where the source could say (``added_column_fill``); ``truncated``:
     the table was emptied there (TRUNCATE: the target is emptied too under ``evolve``;
-    ``lenient`` and ``ignore`` keep its rows)."""
+    ``lenient`` and ``ignore`` keep its rows); ``native``: {column: (old, new)} source types
+    with their modifiers where they differ (PostgreSQL); ``recreated``: columns dropped and
+    added again under their name (:func:`recreated_columns`)."""
     if behaviour not in BEHAVIOURS:
         raise ValueError(f"schema_changes must be one of {', '.join(BEHAVIOURS)}, not {behaviour!r}")
     defaults = defaults or {}
@@ -151,17 +190,28 @@ def evolution(old: TableSchema, new: TableSchema, behaviour: str = EVOLVE,
     for n in old_cols:
         if n not in new_cols and n not in renamed_old:
             (drop if behaviour == EVOLVE else keep).append(n)
+    native = native or {}
+    for n in recreated:
+        problems.append(f"column {n} was dropped and added again (the source reset its values) at a point "
+                        "the log does not show")
     for n, c in old_cols.items():
-        if n in new_cols and new_cols[n].type != c.type:
-            t = new_cols[n].type
-            if not widens(c.type, t):
-                problems.append(f"column {n} changed type from {c.type} to {t} (not a widening: values "
-                                "may have changed at the source without row events)")
-            elif behaviour == IGNORE:
-                problems.append(f"column {n} was widened from {c.type} to {t}, and schema_changes 'ignore' "
-                                "keeps the target's type, which new values may not fit")
-            else:
-                retype.append((n, t))
+        if n in recreated or n not in new_cols:
+            continue
+        t = new_cols[n].type
+        if t == c.type and n not in native:
+            continue
+        # the same logical type: the source's own types (modifiers) say whether values were kept
+        if not (widens(c.type, t) if t != c.type else native_widens(*native[n])):
+            was, now = native[n] if n in native and (t == c.type or c.type.startswith("text:")) else (c.type, t)
+            problems.append(f"column {n} changed type from {was} to {now} (not a widening: values "
+                            "may have changed at the source without row events)")
+        elif t == c.type:
+            continue
+        elif behaviour == IGNORE:
+            problems.append(f"column {n} was widened from {c.type} to {t}, and schema_changes 'ignore' "
+                            "keeps the target's type, which new values may not fit")
+        else:
+            retype.append((n, t))
     for n, c in new_cols.items():
         if n in old_cols or n in renamed_new:
             continue
@@ -200,12 +250,29 @@ def renames(old_version: dict, new_version: dict, ddl_renamed: list | tuple = ()
     return [tuple(p) for p in ddl_renamed]
 
 
+def native_changes(old_version: dict, new_version: dict) -> dict[str, tuple[str, str]]:
+    """{column: (old, new)} of the columns whose source type with its modifier differs
+    between two versions, where the source records it (PostgreSQL's ``formatted``)."""
+    old = {n["name"]: n.get("formatted") for n in old_version.get("native") or ()}
+    new = {n["name"]: n.get("formatted") for n in new_version.get("native") or ()}
+    return {c: (old[c], new[c]) for c in old if old[c] and new.get(c) and old[c] != new[c]}
+
+
+def recreated_columns(old_version: dict, new_version: dict) -> tuple[str, ...]:
+    """Columns under the same name with another identity (PostgreSQL's attnum): dropped and
+    added again between the two versions."""
+    old_ids = (old_version.get("extra") or {}).get("attnums") or {}
+    new_ids = (new_version.get("extra") or {}).get("attnums") or {}
+    return tuple(n for n, i in old_ids.items() if n in new_ids and new_ids[n] != i)
+
+
 def version_evolution(previous: dict, version: dict) -> Evolution:
     """The evolution the tail recorded with ``version`` (its behaviour and renames), from
     the version before it."""
     return evolution(TableSchema.from_dict(previous["schema"]), TableSchema.from_dict(version["schema"]),
                      version.get("behaviour", EVOLVE), (version.get("extra") or {}).get("defaults"),
-                     version.get("renamed") or (), version.get("fill", ""), bool(version.get("truncated")))
+                     version.get("renamed") or (), version.get("fill", ""), bool(version.get("truncated")),
+                     native_changes(previous, version), recreated_columns(previous, version))
 
 
 def added_with_values(old: TableSchema, new: TableSchema, defaults: dict, renamed) -> list[str]:

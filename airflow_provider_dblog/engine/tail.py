@@ -321,6 +321,9 @@ class Tail:
                 else:
                     flush()
                 self.shapes.change(item)
+                # and what comes after goes to files named from the change on: the batch
+                # before it, read in the old shape, never opens one (issue 27, case 7)
+                batch_start = max(batch_start, item.pos)
                 continue
             if isinstance(item, TxnEnd):
                 for e in pending:

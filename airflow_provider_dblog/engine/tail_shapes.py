@@ -9,7 +9,7 @@ import logging
 
 from .arrow_values import encode_row
 from .config import DumpConfig
-from .errors import SchemaChangedError
+from .errors import SchemaChangedError, UnknownTableError
 from .positions import Position
 from .quarantine import quarantine_table
 from .requests import DumpSpec, validate_spec
@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 class TableShapes:
     def __init__(self, source: Source, state: RedisState, store: EventStore, dump: DumpConfig):
         self.source, self.state, self.store, self.dump = source, state, store, dump
-        self.schemas: dict[str, TableSchema] = {t: source.table_schema(t) for t in source.tables}
+        # filled by take_at from the recorded versions: a table gone from the catalog since
+        # (renamed away, dropped) is read with the shape it had, and stops only itself
+        self.schemas: dict[str, TableSchema] = {}
         self.versions: dict[str, dict] = {}   # each table's schema version being read (as stored)
         self.dump_requests: list[dict] = []   # {"table", "request_id"}: dumps of tables new to the capture
 
@@ -48,16 +50,42 @@ class TableShapes:
                     self._request_dump(t)   # first: a crash before the version asks again
                 version = as_stored(self.source.describe_table(t))
                 self.store.write_schema_version(t, checkpoint, version)
+            else:
+                version = self._recreated_at_start(t, checkpoint, version)
             self.schemas[t] = self.source.adopt_table(t, version)
             self.versions[t] = version
 
-    def _request_dump(self, t: str) -> None:
+    def _recreated_at_start(self, t: str, checkpoint: Position, version: dict) -> dict:
+        """The version to read ``t`` with from ``checkpoint``: the recorded one, unless the
+        catalog's table under the name is another one (another oid: renamed away or dropped,
+        and created again while the tail was stopped). The log cannot say where, so the table
+        is quarantined from the checkpoint, read as the new table from there (the old one's
+        rows are not its rows) and its full dump requested."""
+        was = _oid(version)
+        if not was:
+            return version
+        try:
+            self.source.refresh_schema(t)   # the catalog's, not a shape adopted by an earlier session
+        except UnknownTableError:
+            return version
+        now = as_stored(self.source.describe_table(t))
+        if _oid(now) in (None, 0, was):
+            return version
+        why = (f"{t} was re-created while the tail was stopped (another table under the name: oid {was} -> "
+               f"{_oid(now)}); its changes are read from the tail's checkpoint {checkpoint} on")
+        quarantine_table(self.state, t, checkpoint, why)
+        version = now | {"behaviour": version.get("behaviour", EVOLVE), "renamed": [], "quarantined": why}
+        self.store.write_schema_version(t, checkpoint, version)
+        self._request_dump(t, "tail: the table was re-created")
+        return version
+
+    def _request_dump(self, t: str, by: str = "tail: a table new to the capture") -> None:
         spec = validate_spec(self.source, DumpSpec("table", [t]), self.dump)
-        rid = self.state.create_request(spec.to_dict() | {"requested_by": "tail: a table new to the capture"})
+        rid = self.state.create_request(spec.to_dict() | {"requested_by": by})
         self.dump_requests.append({"table": t, "request_id": rid})
-        log.warning("tail %s: %s is new to the capture: its changes are captured from the checkpoint on, and "
-                    "dump request %s fetches the rows it holds (run it: `dblog dump --request %s`, or the "
-                    "table's dump DAG)", self.state.source, t, rid, rid)
+        log.warning("tail %s: %s (%s): its changes are captured from here on, and dump request %s fetches the "
+                    "rows it holds (run it: `dblog dump --request %s`, or the table's dump DAG)",
+                    self.state.source, t, by.removeprefix("tail: "), rid, rid)
 
     def change(self, change: SchemaChange) -> None:
         """After the reader read a table's new shape (every event before it flushed or in
@@ -80,14 +108,24 @@ class TableShapes:
                 f"{t} changed at {change.pos}: {ev.describe()}. The tail stops here; set the table's "
                 f"schema_changes to evolve, lenient or ignore (the change then flows, or quarantines only "
                 f"{t}), or undo the change, and start the tail again")
-        if not ev.compatible:
+        recreated = previous is not None and _oid(previous) and _oid(version) and _oid(previous) != _oid(version)
+        if recreated:
+            # another table under the name (PostgreSQL: its oid): the rows it held are in no
+            # event; a full dump of it, requested after the quarantine, releases it
+            why = (f"re-created at {change.pos} (another table under the name: oid {_oid(previous)} -> "
+                   f"{_oid(version)})")
+            quarantine_table(self.state, t, change.pos, why)
+            version = version | {"quarantined": why}
+        elif not ev.compatible:
             # its targets stop before the change until a re-dump; the tail and the other
             # tables go on (engine/quarantine.py)
             quarantine_table(self.state, t, change.pos, f"changed at {change.pos}: {ev.describe()}")
             version = version | {"quarantined": ev.describe()}
         self.store.write_schema_version(t, change.pos, version)
+        if recreated:
+            self._request_dump(t, "tail: the table was re-created")
         self.schemas[t], self.versions[t] = self.source.table_schema(t), version
-        if ev.compatible:
+        if ev.compatible and not recreated:
             log.warning("tail %s: %s changed at %s (%s, schema_changes %s): its events are decoded with the "
                         "new shape from here, and the targets follow it", self.state.source, t, change.pos,
                         ev.describe(), behaviour)
@@ -126,3 +164,8 @@ class TableShapes:
                             self.state.source, t, c, value)
         return {"fill": encode_row(types, values)} if values else {}
 
+
+
+def _oid(version: dict) -> int | None:
+    """The table's identity a version recorded (PostgreSQL's oid), or None."""
+    return (version.get("extra") or {}).get("oid")

@@ -235,6 +235,21 @@ class SqlSource:
         cols = [from_arrow(t, rows[k]) for k, t in zip(table.key, table.key_types)]
         return list(zip(*cols))
 
+    # logical types whose Python order is the server's (text is not: collations, enum labels)
+    ORDERED_TYPES = ("int", "decimal(", "numeric", "float", "date", "timestamp", "binary")
+
+    def key_order(self, table: TableSchema, key: tuple) -> list[tuple[bool, Any]]:
+        """``key`` as (orderable, value) per column: orderable values compare in Python as the
+        server orders the column (engine/chunks.py ``advances``); the others only for equality."""
+        import decimal
+        out = []
+        for t, v in zip(table.key_types, key):
+            ordered = v is not None and t.startswith(self.ORDERED_TYPES)
+            if ordered and t.startswith("numeric") and isinstance(v, str):
+                v = decimal.Decimal(v)
+            out.append((ordered, v))
+        return out
+
     def canonical_keys(self, table: TableSchema, keys: list[tuple]) -> list[tuple]:
         """Keys from a user in the form the source prints them (see PostgresSource)."""
         return keys

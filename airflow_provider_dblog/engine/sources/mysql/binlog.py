@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import pymysql
@@ -21,8 +21,8 @@ from ...events import DELETE, INSERT, UPDATE, Event
 from ...positions import Position
 from ...schema import TableSchema
 from ..base import Idle, LogItem, RowChange, SchemaChange, TableBroken, TableTruncated, TxnEnd, WatermarkSeen
-from .ddl import altered_table, broken_tables, renamed_columns, savepoint_statement
-from .rows import NO_NAMES, RowConverter
+from .ddl import ALTERED, BROKEN, TRUNCATED, TableStatement, literal_default, read_statement, savepoint_statement
+from .rows import NO_NAMES, RowConverter, raw_text
 from .types import NativeColumn
 
 log = logging.getLogger(__name__)
@@ -57,11 +57,37 @@ def check_binlog_key(schema: TableSchema, primary_key: Any) -> None:
             f"({', '.join(schema.key)}): update the capture's schema and re-dump the table")
 
 
+def catalog_past_statement(old: "CapturedTable", new: "CapturedTable", st: TableStatement) -> str:
+    """Why the catalog's shape ``new`` cannot be the one an ALTER TABLE gave the table
+    (shaped ``old`` before it): the tail reads the catalog when it gets to the statement,
+    and a later change of the table may already be there. "" when it matches: the columns
+    the statement adds, drops and renames, the columns it leaves alone unchanged, and the
+    DEFAULT literals of the columns it adds."""
+    altered = st.altered
+    expected = altered.columns_after(old.schema.column_names)
+    found = {c.lower() for c in new.schema.column_names}
+    if expected != found:
+        return f"columns {sorted(found)} where the statement leaves {sorted(expected)}"
+    touched = {c.lower() for c in altered.defined} | {b.lower() for _, b in altered.renamed}
+    before = {c.lower(): n for c, n in old.native.items()}
+    for name, native in new.native.items():
+        prior = before.get(name.lower())
+        if name.lower() not in touched and prior is not None and prior != native:
+            return f"column {name} is {native.column_type}, was {prior.column_type}, and the statement leaves it"
+    for column, value in altered.defaults.items():
+        text = next((d for c, d in new.defaults.items() if c.lower() == column.lower()), None)
+        known, now = literal_default(text) if text is not None else (True, None)
+        if not known or now != value:
+            return f"column {column} was added with DEFAULT {value!r}, and the catalog's default is {text}"
+    return ""
+
+
 @dataclass(frozen=True)
 class CapturedTable:
     schema: TableSchema
     native: dict[str, NativeColumn]
     transactional: bool   # its engine rolls back (see catalog.TRANSACTIONAL_ENGINES)
+    defaults: dict[str, str] = field(default_factory=dict)   # catalog.CatalogTable.defaults
 
 
 @dataclass(frozen=True)
@@ -237,26 +263,8 @@ class BinlogReader:
                 db = (ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes)
                       else str(ev.schema or ""))
                 pos = Position(self.file_no, offset, 0)
-                verb, broken = broken_tables(str(ev.query), db, list(self.tables))
-                for table in broken:
-                    if verb.startswith("TRUNCATE"):
-                        yield TableTruncated(table, pos)
-                        continue
-                    yield TableBroken(table, pos, f"{verb} at binlog position {pos}: its rows changed "
-                                                  "without row events")
-                    if verb.startswith("CREATE") and self.refresh is not None:
-                        try:   # the new table's shape, for the rows that follow
-                            self.tables[table] = self.refresh(table)
-                            self.converters.pop(table, None)
-                        except DBLogError as e:   # gone again, or no key: rows of it fail check_names
-                            log.warning("%s after %s: its shape could not be read (%s)", table, verb, e)
-                altered = altered_table(str(ev.query), db)
-                if altered in self.tables and self.refresh is not None:
-                    self.tables[altered] = self.refresh(altered)
-                    self.converters.pop(altered, None)
-                    self.unreadable.discard(altered)
-                    yield SchemaChange(altered, Position(self.file_no, offset, 0),
-                                       tuple(renamed_columns(str(ev.query))))
+                for statement in read_statement(str(ev.query), db, list(self.tables)):
+                    yield from self._on_statement(statement, pos)
             if q == "ROLLBACK":
                 self._roll_back(0)
             yield from self._commit(offset)
@@ -268,6 +276,40 @@ class BinlogReader:
                     self._roll_back(self.savepoints.get(name, 0))
                 else:
                     self.savepoints[name] = len(self.txn)
+
+    def _on_statement(self, st: TableStatement, pos: Position) -> Iterator[LogItem]:
+        """A statement's effect on one captured table (sources/mysql/ddl.py)."""
+        if st.effect == TRUNCATED:
+            yield TableTruncated(st.table, pos)
+            return
+        if self.refresh is None:
+            if st.effect == BROKEN:
+                yield TableBroken(st.table, pos, st.why)
+            return
+        old = self.tables[st.table]
+        try:   # the table's shape after the statement, from the catalog
+            new = self.refresh(st.table)
+        except DBLogError as e:   # gone (DROP, RENAME) or no key any more: rows of it fail check_names
+            if st.effect == BROKEN:
+                yield TableBroken(st.table, pos, st.why)
+            else:
+                self.unreadable.add(st.table)
+                yield TableBroken(st.table, pos, f"its shape could not be read after an ALTER TABLE at binlog "
+                                                 f"position {pos} ({e})")
+            return
+        self.tables[st.table] = new
+        self.converters.pop(st.table, None)
+        self.unreadable.discard(st.table)
+        past = catalog_past_statement(old, new, st) if st.effect == ALTERED else ""
+        if st.effect == ALTERED or (new.schema, new.native) != (old.schema, old.native):
+            # the version from here (a break: the shape its targets are rebuilt in)
+            yield SchemaChange(st.table, pos, st.altered.renamed if st.altered and not past else ())
+        if st.effect == BROKEN:
+            yield TableBroken(st.table, pos, f"{st.why} at binlog position {pos}")
+        elif past:
+            yield TableBroken(st.table, pos, f"the catalog is already past the ALTER TABLE at binlog position "
+                                             f"{pos} ({past}): the table was changed again since, and the "
+                                             "shape it had here cannot be known")
 
     def _on_rows(self, ev: Any, kind: str) -> Iterator[LogItem]:
         table = f"{ev.schema}.{ev.table}"
@@ -344,6 +386,7 @@ class BinlogReader:
         if conv is None:
             conv = self.converters[table] = RowConverter(captured.schema, captured.native)
         check_binlog_key(captured.schema, ev.primary_key)
+        raw_text(ev.columns)   # text comes as bytes, decoded as the server does (rows.py)
         rows = ev.rows  # decodes every row image of the event
         if not rows:
             return False

@@ -62,6 +62,7 @@ def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -
             defaults[cname] = f"GENERATED ({extra})"
         elif default is not None and str(default).upper() != "NULL":   # MariaDB: 'NULL' = DEFAULT NULL
             defaults[cname] = str(default)
+        members = set_members(str(ctype))   # ENUM/SET labels keep their case: values are compared with them
         dtype, ctype = str(dtype).lower(), str(ctype).lower()
         try:
             logical = logical_type(dtype, ctype, prec, scale, cname in json_cols)
@@ -75,7 +76,7 @@ def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -
             length = bit_length(ctype)
         native[cname] = NativeColumn(cname, dtype, ctype, logical,
                                      fsp=int(fsp or 0) if dtype == "time" else 0,
-                                     length=length, set_values=set_members(ctype),
+                                     length=length, set_values=members,
                                      charset=str(charset or "").lower(),
                                      zero_as_null=zero_as_null)
         columns.append(Column(cname, logical, nullable == "YES"))

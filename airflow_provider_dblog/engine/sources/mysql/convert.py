@@ -10,7 +10,7 @@ import functools
 import json
 from typing import Any, Callable
 
-from ...errors import ZeroDateError
+from ...errors import UncarriedValueError, ZeroDateError
 from ...values import EPOCH, float32, numeric_text, parse_mysql_datetime
 from .types import INT_BITS, NativeColumn
 
@@ -142,16 +142,29 @@ def _text(n: NativeColumn, value: Any) -> str:
     elif n.data_type == "set" and isinstance(value, (set, frozenset)):
         order = n.set_values or tuple(sorted(value))
         return ",".join(v for v in order if v in value)
-    if isinstance(value, (bytes, bytearray)):  # a character set the library cannot decode
-        return bytes(value).decode(n.encoding)
+    if isinstance(value, (bytes, bytearray)):  # text handed over as its bytes (rows.raw_text)
+        return decode_text(n, value)
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
     return value
 
 
+def decode_text(n: NativeColumn, value: bytes | bytearray) -> str:
+    """Text bytes as the server reads them (NativeColumn.encoding); UncarriedValueError for
+    bytes the column's codec has no character for (the event is held, not the tail)."""
+    try:
+        return bytes(value).decode(n.encoding)
+    except UnicodeDecodeError as e:
+        fix = "" if n.encoding == "utf-8" else "convert the column to utf8mb4, or "
+        raise UncarriedValueError(
+            f"the {n.charset or 'utf8'} value 0x{bytes(value).hex()} has no character for byte "
+            f"0x{bytes(value)[e.start]:02x} (at {e.start}) in Python's {n.encoding} codec; {fix}"
+            "fix the value at the source") from None
+
+
 def _json(n: NativeColumn, value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode(n.encoding)
+        return decode_text(n, value)
     if isinstance(value, str):
         return value
     if isinstance(value, (dict, list, int, float, bool)):  # MySQL 8 binary JSON
@@ -228,15 +241,35 @@ def _converter(logical: str) -> Callable[[NativeColumn, Any], Any] | None:
             "timestamptz": _datetime}.get(logical)
 
 
-def key_sql_value(n: NativeColumn, value: Any) -> Any:
+def key_sql_value(n: NativeColumn, value: Any, exact: bool = True) -> Any:
     """A key value as the SQL value that compares with the column in its own order:
     ENUM and SET by their numbers (ORDER BY sorts them so, a string compares as text),
-    numeric text as a Decimal (a string would compare as a double)."""
-    if n.data_type == "enum" and isinstance(value, str):
-        return n.set_values.index(value) + 1 if value in n.set_values else 0
-    if n.data_type == "set" and isinstance(value, str):
-        members = set(value.split(",")) if value else set()
-        return sum(1 << i for i, m in enumerate(n.set_values) if m in members)
+    numeric text as a Decimal (a string would compare as a double).
+
+    A label the column does not have: ValueError when ``exact`` (a chunk bound must be a
+    real key: any stand-in would move the range), else -1, which no row holds (a key a
+    user typed is then simply not there)."""
+    if n.data_type in ("enum", "set") and isinstance(value, str):
+        number = _label_number(n, value)
+        if number is None:
+            if exact:
+                raise ValueError(f"{value!r} is not a value of {n.name} {n.column_type} (its labels: "
+                                 f"{list(n.set_values)}); the column changed: refresh the table's schema")
+            return -1
+        return number
     if n.logical.startswith("numeric") and isinstance(value, str):
         return decimal.Decimal(value)
     return value
+
+
+def _label_number(n: NativeColumn, value: str) -> int | None:
+    """The number MariaDB stores for an ENUM label (its index, '' of a bad value 0) or a SET
+    value (its members' bits); None if the column has no such label."""
+    if n.data_type == "enum":
+        if value in n.set_values:
+            return n.set_values.index(value) + 1
+        return 0 if value == "" else None
+    members = value.split(",") if value else []
+    if any(m not in n.set_values for m in members):
+        return None
+    return sum(1 << i for i, m in enumerate(n.set_values) if m in members)

@@ -52,14 +52,12 @@ def jdbc_connection(ep: Endpoint) -> tuple[str, dict[str, str]]:
 
 
 def jdbc_table(schema: TableSchema, native: dict[str, NativeColumn]) -> str:
-    """spark.read.jdbc's ``table``: the quoted table, or a derived table of it when
-    some column is read through an expression (select_expr). A key column read
-    through an expression is also selected raw as ``raw_key_alias(name)``, which
-    range predicates use: MariaDB merges the derived table, so the predicates
-    stay range scans on the primary key. Select ``table.column_names`` from the
-    result (the aliases are extra columns)."""
-    if not any(needs_expr(native[c]) for c in schema.column_names):
-        return quote_table(schema.qualified)
+    """spark.read.jdbc's ``table``: a derived table of the quoted table naming every column
+    (``SELECT *`` leaves out an INVISIBLE column; a column read through an expression is
+    selected as select_expr gives it). A key column read through an expression is also
+    selected raw as ``raw_key_alias(name)``, which range predicates use: MariaDB merges the
+    derived table, so the predicates stay range scans on the primary key. Select
+    ``table.column_names`` from the result (the aliases are extra columns)."""
     exprs = [select_expr(native[c]) for c in schema.column_names]
     exprs += [f"{quote_ident(k)} AS {quote_ident(raw_key_alias(k))}"
               for k in schema.key if needs_expr(native[k])]

@@ -18,6 +18,26 @@ NO_NAMES: frozenset = frozenset()
 # (no real value of a date or number column is a string starting with "!")
 UNCARRIED_KEY = "!uncarried:"
 
+# no codec has this name: mysql-replication then hands a text value over as its bytes
+RAW_TEXT = "dblog-undecoded"
+
+
+def raw_text(columns: Sequence[Any]) -> None:
+    """Have mysql-replication hand over the bytes of a rows event's text columns (call before
+    ``ev.rows``). It decodes with Python's codec of the charset's name (latin1 as cp1252, which
+    lacks five bytes MariaDB's latin1 has), and one undecodable byte fails the whole event,
+    hence the tail; RowConverter decodes each value as the server does (types.NativeColumn
+    .encoding) and holds only the event of a value it cannot decode."""
+    for c in columns:
+        if getattr(c, "character_set_name", None) is not None:
+            c.character_set_name = RAW_TEXT
+
+
+def _decoded_here(n: NativeColumn) -> bool:
+    """A text column whose bytes (raw_text) the converter decodes in line."""
+    return n.logical in ("string", "json") and n.data_type not in SPECIAL_TYPES | {"enum"} \
+        and n.charset != "binary"
+
 
 def _fast_check(n: NativeColumn, var: str) -> str | None:
     """A Python expression true when ``var`` (not None) is already exactly what
@@ -77,7 +97,12 @@ class RowConverter:
             v = vs[i]
             fast = _fast_check(n, v)
             slow = f"{v} = _slow({i}, {v}, none_sources, fix_time)"
-            if n.data_type in ("set", "date", "datetime", "timestamp"):
+            if _decoded_here(n):   # bytes (raw_text) decoded here; a failure: _slow holds it
+                lines.append(f"    if {v}.__class__ is bytes:")
+                lines.append(f"        try: {v} = {v}.decode({n.encoding!r})")
+                lines.append(f"        except UnicodeDecodeError: {slow}")
+                lines.append(f"    elif {v} is not None and not {fast}: {slow}")
+            elif n.data_type in ("set", "date", "datetime", "timestamp"):
                 # None may be an empty set or a zero date (none_sources says which)
                 lines.append(f"    if {v} is None: {v} = _slow({i}, None, none_sources, fix_time)")
                 lines.append(f"    elif not {fast}: {slow}" if fast is not None else f"    else: {slow}")

@@ -229,9 +229,21 @@ class MySQLSource(SqlSource):
         ``jdbc()`` (no NO_BACKSLASH_ESCAPES)."""
         return key_predicate(cols, op, self._key_sql(table, key), sql_literal)
 
-    def _key_sql(self, table: TableSchema, key: tuple) -> tuple:
+    def _key_sql(self, table: TableSchema, key: tuple, exact: bool = True) -> tuple:
         native = self.native_columns(table.qualified)
-        return tuple(key_sql_value(native[k], v) for k, v in zip(table.key, key))
+        return tuple(key_sql_value(native[k], v, exact) for k, v in zip(table.key, key))
+
+    def key_order(self, table: TableSchema, key: tuple) -> list[tuple[bool, Any]]:
+        """As SqlSource's, with ENUM and SET keys ordered by their numbers (the server's order)."""
+        native = self.native_columns(table.qualified)
+        out = super().key_order(table, key)
+        for i, k in enumerate(table.key):
+            if native[k].data_type in ("enum", "set"):
+                try:
+                    out[i] = (True, key_sql_value(native[k], key[i]))
+                except ValueError:
+                    out[i] = (False, key[i])
+        return out
 
     def select_list(self, table: TableSchema) -> str:
         native = self.native_columns(table.qualified)
@@ -244,7 +256,7 @@ class MySQLSource(SqlSource):
         keys = list(dict.fromkeys(tuple(k) for k in keys))
         for i in range(0, len(keys), SELECT_BATCH):
             batch = keys[i:i + SELECT_BATCH]
-            sql_keys = [self._key_sql(table, k) for k in batch]
+            sql_keys = [self._key_sql(table, k, exact=False) for k in batch]
             if len(table.key) == 1:
                 where = f"{quote_ident(table.key[0])} IN ({', '.join(['%s'] * len(batch))})"
                 args = [k[0] for k in sql_keys]
@@ -328,5 +340,6 @@ class MySQLSource(SqlSource):
             int(server_id if server_id is not None else self.config.server_id),
             self.heartbeat_s, self.read_timeout_s)
         def refresh(table: str) -> CapturedTable:
-            return CapturedTable(self.refresh_schema(table), self.native_columns(table), self.transactional(table))
+            return CapturedTable(self.refresh_schema(table), self.native_columns(table), self.transactional(table),
+                                 dict(self._defaults.get(table, {})))
         yield from BinlogReader(settings, tables, self.watermark_table, resume, refresh).read(should_stop)

@@ -18,8 +18,27 @@ _BINARIES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"
              "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
              "geometrycollection", "geomcollection"}
 INT_BITS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+
+# MariaDB's latin1 is cp1252 with the five bytes cp1252 leaves undefined (0x81, 0x8D, 0x8F,
+# 0x90, 0x9D) as the C1 controls of the same number: double-encoded UTF-8 holds them ('Á'
+# is C3 81), and Python's cp1252 raises on them
+MARIADB_LATIN1 = "dblog_mariadb_latin1"
+_LATIN1_TABLE = "".join(bytes([b]).decode("cp1252", "replace").replace("\ufffd", chr(b)) for b in range(256))
+_LATIN1_ENCODING = codecs.charmap_build(_LATIN1_TABLE)
+
+
+def _latin1_codec(name: str) -> codecs.CodecInfo | None:
+    if name != MARIADB_LATIN1:
+        return None
+    return codecs.CodecInfo(name=MARIADB_LATIN1,
+                            encode=lambda s, errors="strict": codecs.charmap_encode(s, errors, _LATIN1_ENCODING),
+                            decode=lambda b, errors="strict": codecs.charmap_decode(b, errors, _LATIN1_TABLE))
+
+
+codecs.register(_latin1_codec)
+
 # MySQL character sets whose Python codec has another name
-_CODECS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin1": "cp1252",
+_CODECS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin1": MARIADB_LATIN1,
            "ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le",
            "utf32": "utf-32-be", "binary": "latin-1", "koi8r": "koi8-r", "koi8u": "koi8-u",
            "sjis": "shift_jis", "ujis": "euc_jp", "eucjpms": "euc_jp", "euckr": "euc_kr",

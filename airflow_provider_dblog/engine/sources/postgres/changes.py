@@ -20,6 +20,18 @@
 - A TRUNCATE of a captured table is TableTruncated at its point of the transaction (the
   transaction's changes before it given out first; those held for netting dropped: the
   TRUNCATE removed their rows).
+- A column's shape includes its type modifier (numeric(10,2) and numeric(12,3) share a type
+  OID): a Relation message whose modifiers differ is a schema change too.
+- A Relation that looks as recorded while the catalog gives one of its columns another
+  attnum (dropped and added again under the same name, in one Relation or while the tail
+  was stopped): the log cannot tell when, so the catalog's shape is given out as a change,
+  which quarantines the table (engine/schema_evolution.py: ``recreated``).
+- The table behind a captured name is known by its oid: a Relation of that oid under
+  another name (renamed away) breaks the table there and its rows are skipped from then
+  on; a table of another oid under the name (created again; also found between
+  transactions, ``catalog_check``) is added to the publication and given out as a change,
+  whose version records the new oid (engine/tail_shapes.py quarantines the table and
+  requests its full dump).
 - A Relation message that the catalog read again does not match (the table changed
   again since: two ALTERs while the tail was behind) breaks the table there
   (TableBroken: its targets stop until a re-dump), gives out the catalog's shape
@@ -53,7 +65,8 @@ def relation_problem(rel: Relation, schema: TableSchema, native: dict[str, Nativ
     if names != schema.column_names:
         return f"the log has columns {names}, the captured schema {schema.column_names}"
     changed = [c.name for c in rel.columns
-               if native[c.name].att_type_oid and c.type_oid != native[c.name].att_type_oid]
+               if (native[c.name].att_type_oid and c.type_oid != native[c.name].att_type_oid)
+               or (native[c.name].typmod is not None and c.atttypmod != native[c.name].typmod)]
     return f"the type of {', '.join(changed)} changed" if changed else ""
 
 
@@ -72,9 +85,14 @@ class TransactionAssembler:
     def __init__(self, schemas: dict[str, TableSchema], natives: dict[str, dict[str, NativeColumn]],
                  watermark_table: str, deferrable: set[str] = frozenset(),
                  stream_after: int = STREAM_TXN_AFTER,
-                 refresh: Callable[[str], tuple[TableSchema, dict[str, NativeColumn]]] | None = None):
-        """``refresh(table)``: the table's (schema, native columns) read again from the catalog."""
+                 refresh: Callable[[str], tuple[TableSchema, dict[str, NativeColumn]]] | None = None,
+                 catalog=None):
+        """``refresh(table)``: the table's (schema, native columns) read again from the catalog;
+        ``catalog``: the source (``table_oid``, ``catalog_identity``, ``publish``), or None."""
         self.schemas = schemas
+        self.catalog = catalog
+        # the oid of the table each captured name is read as (0: not known)
+        self.oids: dict[str, int] = {t: catalog.table_oid(t) for t in schemas} if catalog else {}
         self.refresh = refresh
         self.natives = natives
         self.watermark_table = watermark_table
@@ -163,8 +181,21 @@ class TransactionAssembler:
         built once per message; one that differs is a schema change); another table's is
         ignored."""
         table = f"{m.namespace}.{m.name}"
+        if self.catalog is not None:
+            gone = self._renamed_away(m, table)
+            if gone is not None:
+                yield from gone
+                return
         if table in self.schemas:
             schema, native = self.schemas[table], self.natives[table]
+            if self.catalog is not None:
+                expected = self.oids.get(table)
+                if expected and m.oid != expected:
+                    yield from self._other_table(table, m)
+                    return
+                if not relation_problem(m, schema, native) and self._recreated_columns(table, native):
+                    yield from self._schema_change(table, m)
+                    schema, native = self.schemas[table], self.natives[table]
             if relation_problem(m, schema, native) and self.refresh is not None:
                 yield from self._schema_change(table, m)
                 if table in self.unreadable:
@@ -177,6 +208,95 @@ class TransactionAssembler:
             self.relations[m.oid] = (table, schema, m, convs, key_getter(schema))
         elif table == self.watermark_table:
             self.relations[m.oid] = (table, None, m, [], None)
+
+    # -- a table or column re-created under the same name (its identity: oid, attnum) --------
+    def _pos(self) -> Position:
+        return Position(0, self.commit_lsn, self.seq)
+
+    def _renamed_away(self, m: Relation, name: str) -> Iterator[LogItem] | None:
+        """A captured table's oid under another name: renamed away. Its rows are not the
+        captured table's from here (skipped); the table breaks here, and one created again
+        under the name is captured from here (:meth:`_recreated`)."""
+        entry = self.relations.get(m.oid)
+        was = entry[0] if entry is not None and entry[0] in self.schemas else None
+        was = was or next((t for t, o in self.oids.items() if o == m.oid), None)
+        if was is None or was == name:
+            return None
+        if entry is not None and entry[1] is None:   # known to be skipped: sent again (an invalidation)
+            self.relations[m.oid] = (was, None, m, [], None)
+            return iter(())
+
+        def items() -> Iterator[LogItem]:
+            self.relations[m.oid] = (was, None, m, [], None)   # its rows: skipped
+            self.oids[was] = -1                                # renamed away: no table is it now
+            yield from self._flush_table(was)
+            yield TableBroken(was, self._pos(), f"{was} was renamed to {name} at {self._pos()}: its rows there are "
+                                                "not captured any more; a table created again under the name is "
+                                                "re-created: captured from where the tail finds it, with a full "
+                                                "dump requested")
+            yield from self.catalog_check([was], self._pos())
+        return items()
+
+    def _other_table(self, table: str, m: Relation) -> Iterator[LogItem]:
+        """A Relation of another oid than the captured table's under its name: an older
+        table (renamed away since: the catalog still has the captured oid) is skipped; a
+        newer one is the table re-created."""
+        now, _ = self.catalog.catalog_identity(table)
+        if now == self.oids.get(table):
+            self.relations[m.oid] = (table, None, m, [], None)
+            return
+        self.relations[m.oid] = (table, None, m, [], None)   # until read as the new table below
+        yield from self._recreated(table, self._pos())
+        if self.oids.get(table) == m.oid:
+            yield from self.relation(m)
+
+    def _recreated_columns(self, table: str, native: dict[str, NativeColumn]) -> list[str]:
+        """The captured columns the catalog now gives another attnum (dropped and added again)."""
+        recorded = {n: c.attnum for n, c in native.items() if c.attnum}
+        if not recorded:
+            return []
+        oid, attnums = self.catalog.catalog_identity(table)
+        if oid != self.oids.get(table):
+            return []
+        return [n for n, a in recorded.items() if n in attnums and attnums[n] != a]
+
+    def _flush_table(self, table: str) -> Iterator[LogItem]:
+        out, self.txn = self.txn, []
+        for e in out:
+            yield RowChange(e)
+
+    def _recreated(self, table: str, pos: Position) -> Iterator[LogItem]:
+        """The captured name holds another table now: it is put into the publication, read
+        again and given out as a change at ``pos`` (its version records the new oid, which
+        quarantines it and requests its dump: engine/tail_shapes.py). The old table's rows
+        are skipped from here (they are not the table's)."""
+        old = self.oids.get(table)
+        yield from self._flush_table(table)
+        self.catalog.publish(table)
+        self.schemas[table], self.natives[table] = self.refresh(table)
+        self.oids[table] = self.catalog.table_oid(table)
+        for oid, entry in list(self.relations.items()):
+            if entry[0] == table and oid != self.oids[table]:
+                self.relations[oid] = (table, None, entry[2], [], None)
+        self.unreadable.discard(table)
+        yield TableBroken(table, pos, f"{table} was re-created at or before {pos} (another table under the name: "
+                                      f"oid {old if old and old > 0 else 'renamed away'} -> {self.oids[table]}); "
+                                      "the log cannot carry the rows it held")
+        yield SchemaChange(table, pos)
+
+    def catalog_check(self, tables, pos: Position) -> Iterator[LogItem]:
+        """Between transactions (and after a rename away): a captured name whose oid in the
+        catalog is not the one read is re-created (its rows are not in the log before it is
+        published)."""
+        if self.catalog is None:
+            return
+        for table in tables:
+            expected = self.oids.get(table)
+            if not expected:
+                continue
+            now, _ = self.catalog.catalog_identity(table)
+            if now is not None and now != expected:
+                yield from self._recreated(table, pos)
 
     def _schema_change(self, table: str, m: Relation) -> Iterator[LogItem]:
         """The table's shape read again; the transaction's changes so far given out first
@@ -192,6 +312,8 @@ class TransactionAssembler:
             yield RowChange(e)
         old = self.schemas[table], self.natives[table]
         self.schemas[table], self.natives[table] = self.refresh(table)
+        if self.catalog is not None:   # a new oid is recorded with the version (re-created: quarantined)
+            self.oids[table] = self.catalog.table_oid(table)
         problem = relation_problem(m, self.schemas[table], self.natives[table])
         pos = Position(0, self.commit_lsn, self.seq)
         if problem and table not in self.unreadable:

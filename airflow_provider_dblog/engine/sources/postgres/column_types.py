@@ -49,6 +49,10 @@ class NativeColumn:
     category: str = ""   # pg_type.typcategory of the base type ("A" array, "E" enum)
     type_oid: int = 0    # the base type's oid (how pgoutput's text value is parsed)
     att_type_oid: int = 0  # the column's declared type oid (a domain's own), as pgoutput sends it
+    # pg_attribute.atttypmod, as pgoutput's Relation message sends it (None: not recorded):
+    # numeric(10,2) -> numeric(12,3) keeps the type OID, only this tells them apart
+    typmod: int | None = None
+    attnum: int = 0        # the column's identity (0: not recorded): a dropped and re-added one gets a new one
 
 
 def logical_type(type_name: str, category: str, formatted: str, builtin: bool = True) -> str:

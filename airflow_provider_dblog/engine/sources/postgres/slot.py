@@ -129,19 +129,27 @@ class SlotAndPublication:
                 fetch=False)
             log.info("created publication %s for %s", self.publication, ", ".join(self.captured))
         elif not pub[0]:
-            missing = [t for t in self.captured if t not in self._published()]
-            if missing:
-                src._query(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
-                    sql.Identifier(self.publication),
-                    sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in missing)),
-                    fetch=False)
-                log.info("added %s to publication %s", ", ".join(missing), self.publication)
+            self.publish(self.captured)
         if self._slot() is None:
             src._query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot_name,))
             log.info("created logical replication slot %s (pgoutput)", self.slot_name)
         problems = self.problems()
         if problems:
             raise SourceSetupError(f"source {src.name!r}: " + "; ".join(map(str, problems)))
+
+    def publish(self, tables) -> None:
+        """Add those of ``tables`` the publication does not hold (by their names now)."""
+        pub = self._publication()
+        if pub is None or pub[0]:
+            return
+        published = self._published()
+        missing = [t for t in tables if t not in published]
+        if missing:
+            self.source._query(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                sql.Identifier(self.publication),
+                sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in missing)),
+                fetch=False)
+            log.info("added %s to publication %s", ", ".join(missing), self.publication)
 
     def drop(self) -> None:
         """Drop the slot (its WAL is released) and the publication, if they exist."""

@@ -30,7 +30,7 @@ from ...schema import TableSchema
 from ...values import pg_options, pg_set_statements
 from ..base import ChunkPlan, LogItem
 from ..sql_source import SELECT_BATCH, SqlSource, raw_key_alias
-from .catalog import load_table
+from .catalog import catalog_identity, load_table
 from .checks import SetupChecks
 from .column_types import NativeColumn, needs_expr, select_expr, text_converter, text_parsed, to_logical
 from .lsn import lsn_to_int
@@ -66,6 +66,7 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         self._deferrable: dict[str, bool] = {}
         self._defaults: dict[str, dict[str, str]] = {}
         self._attnums: dict[str, dict[str, int]] = {}
+        self._oid: dict[str, int] = {}
         self._slot: SlotAndPublication | None = None
 
     def __repr__(self) -> str:
@@ -134,13 +135,29 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
 
     def _table_extra(self, table: str) -> dict:
         return {"replident": self._replident[table], "deferrable": self._deferrable[table],
-                "defaults": self._defaults[table], "attnums": self._attnums.get(table, {})}
+                "defaults": self._defaults[table], "attnums": self._attnums.get(table, {}),
+                "oid": self._oid.get(table, 0)}
 
     def _adopt_extra(self, table: str, extra: dict) -> None:
         self._replident[table] = extra.get("replident", "f")
         self._deferrable[table] = bool(extra.get("deferrable"))
         self._defaults[table] = dict(extra.get("defaults") or {})
         self._attnums[table] = dict(extra.get("attnums") or {})
+        self._oid[table] = int(extra.get("oid") or 0)
+
+    def table_oid(self, table: str) -> int:
+        """The table's pg_class oid as last read or adopted (0: a version that did not record it)."""
+        self.table_schema(table)
+        return self._oid.get(table, 0)
+
+    def catalog_identity(self, table: str) -> tuple[int | None, dict[str, int]]:
+        """(the oid ``table``'s name has in the catalog now, or None; its columns' attnums)."""
+        return catalog_identity(self._query, table)
+
+    def publish(self, table: str) -> None:
+        """Put ``table`` (created again under its name) into the publication, so its changes are
+        in the log from here on (the changes before are what the full dump requested fetches)."""
+        self.slot.publish([table])
 
     def added_column_fill(self, table: str, column: str) -> tuple[bool, Any]:
         """What rows that existed when ``column`` was added hold in it: (True, value) when
@@ -154,8 +171,9 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         return True, text_converter(self.native_columns(table)[column])(rows[0][1])
 
     def _load_schema(self, table: str) -> None:
-        schema, native, replident, deferrable, defaults, attnums = load_table(self._query, table, self.name)
+        schema, native, replident, deferrable, defaults, attnums, oid = load_table(self._query, table, self.name)
         self._schemas[table], self._native[table], self._attnums[table] = schema, native, attnums
+        self._oid[table] = oid
         self._replident[table], self._deferrable[table], self._defaults[table] = replident, deferrable, defaults
 
     # -- chunks ------------------------------------------------------------------

@@ -36,6 +36,9 @@ REPLICATION_OPTIONS = pg_options()
 FEEDBACK_EVERY_S = 5.0    # standby status also acts as the connection's keepalive
 BOUNDARY_EVERY_S = 0.2    # how often a keepalive's wal_end becomes a TxnEnd
 CHECK_EVERY = 64          # messages between two stop tests inside a transaction
+# how often, between transactions, the captured names' oids are compared with the catalog's: a
+# table renamed away and created again shows nothing in the log until it is published
+CATALOG_CHECK_EVERY_S = 2.0
 
 
 class LogStream:
@@ -63,12 +66,14 @@ class LogStream:
                                     {t: src.native_columns(t) for t in src.tables},
                                     src.watermark_table,
                                     {t for t in src.tables if src.key_deferrable(t)},
-                                    refresh=lambda t: (src.refresh_schema(t), src.native_columns(t)))
+                                    refresh=lambda t: (src.refresh_schema(t), src.native_columns(t)),
+                                    catalog=src)
         conn = self._connect()
         cur = conn.cursor()
         slot.confirm(start_lsn)
         sent = 0
         last_feedback = last_boundary = 0.0
+        last_catalog = time.monotonic()
         last_idle = time.monotonic()
         last_end = start_lsn   # the highest TxnEnd position given so far
         tick = 0               # messages until the next stop test and feedback look
@@ -100,6 +105,9 @@ class LogStream:
                     if not txns.in_txn and wal_end > last_end and now - last_boundary >= BOUNDARY_EVERY_S:
                         last_end, last_boundary = wal_end, now
                         yield TxnEnd(Position(0, wal_end, 0), {"lsn": int_to_lsn(wal_end)})
+                    if not txns.in_txn and now - last_catalog >= CATALOG_CHECK_EVERY_S:
+                        last_catalog = now
+                        yield from txns.catalog_check(src.tables, Position(0, last_end, 0))
                     # Idle when the server is quiet, and at least every idle_s anyway: a
                     # stream of keepalives must not keep the caller from its own chores
                     if not select.select([cur], [], [], idle_s)[0] or now - last_idle >= idle_s:
