@@ -20,7 +20,7 @@ RUN_ENV := env \
 PYTEST_ARGS ?= -q
 TESTS ?= tests
 
-.PHONY: bootstrap demo test bench chaos airflow servers-start servers-stop servers-status
+.PHONY: bootstrap demo test bench chaos fuzz-schema airflow servers-start servers-stop servers-status
 
 bootstrap:
 	$(BOOTSTRAP)
@@ -42,6 +42,10 @@ bench: bootstrap
 # and starts the private servers, so it holds the tests' lock
 chaos: bootstrap
 	cd $(REPO) && flock /tmp/dblog-tests.lock $(RUN_ENV) $(PY) -m bench.chaos $(CHAOS_ARGS)
+
+# the schema-change fuzzer (issue 27): FUZZ_ARGS="--source postgres --seed 1 --sequences 10 --statements 30"
+fuzz-schema: bootstrap
+	cd $(REPO) && flock /tmp/dblog-tests.lock $(RUN_ENV) $(PY) -m bench.schema_fuzz $(or $(FUZZ_ARGS),--source mariadb)
 
 servers-start:
 	$(BOOTSTRAP)

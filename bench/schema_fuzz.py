@@ -54,11 +54,42 @@ MARIADB_PORT = int(os.environ.get("DBLOG_TEST_MARIADB_PORT", 13306))
 POSTGRES_PORT = int(os.environ.get("DBLOG_TEST_POSTGRES_PORT", 15432))
 REDIS_PORT = int(os.environ.get("DBLOG_TEST_REDIS_PORT", 16379))
 
+# divergences of a combination, not of one kind (the CI mode avoids them: _release_now)
+KNOWN_COMBINATIONS = {
+    "second break before release": "a table quarantined twice before its re-dump (e.g. DROP COLUMN v and a type "
+                                   "change, then CREATE OR REPLACE; or two generated columns added): the re-dump "
+                                   "releases it, but the target is rebuilt in the shape of the FIRST break (a column "
+                                   "missing; apply 'applied'/'empty'); the review item of issue 27",
+}
+
+SWEEP = ("the orphan sweep of an earlier dump reads the dump's old-shape parquet files with today's event "
+         "schema (engine/sweep.py snapshot_keys: pq.read_table(schema=event_arrow_schema(schema))) -> ArrowInvalid, "
+         "the whole apply run fails for every table")
+
 # statement kinds with a known, reported divergence: {source: {kind: reason}}; the CI test
 # leaves them out (--exclude-known), the long run keeps them in
 KNOWN_DIVERGENT: dict[str, dict[str, str]] = {
-    "mariadb": {},
+    "mariadb": {
+        "add_then_set_default": "ADD COLUMN c ... DEFAULT 'legacy' then ALTER COLUMN c SET DEFAULT 'web': the "
+                                "target's existing rows get the catalog's later default (review item of issue 27), "
+                                "apply status applied/empty, nothing quarantined",
+        "generated_column": "a STORED generated column added to a table quarantined by an earlier break: the "
+                            "re-dump releases it but the target is rebuilt without the newest column (apply "
+                            "'applied', compare: column missing) - the first break's shape",
+        "narrow_decimal": "MODIFY d DECIMAL(8,1) (was (10,2)) after a dump: " + SWEEP,
+        "narrow_int": "MODIFY n SMALLINT after a dump: " + SWEEP,
+        "change_column_type": "CHANGE COLUMN c c <another type> after a dump: " + SWEEP,
+        "rename_swap": "columns of different types swap names after a dump: " + SWEEP,
+    },
     "postgres": {
+        "type_using_int": "ALTER COLUMN s TYPE bigint USING length(s) after a dump: " + SWEEP,
+        "rename_swap": "columns of different types swap names after a dump: " + SWEEP,
+        "rename_chain": "DROP COLUMN b; RENAME COLUMN a TO b (another type) after a dump: " + SWEEP,
+        "narrow_numeric": "ALTER COLUMN d TYPE numeric(8,1) (was (10,2)) after a dump: " + SWEEP,
+        "narrow_int": "ALTER COLUMN n TYPE smallint after a dump: " + SWEEP,
+        "drop_create_table": "DROP TABLE a; CREATE TABLE a (...) with the tail running: the new table's rows are "
+                             "never captured (apply 'empty', nothing quarantined, the target keeps the dropped "
+                             "table's rows and shape)",
         "replica_identity": "REPLICA IDENTITY DEFAULT on a captured table: the tail dies at the next UPDATE or "
                             "DELETE of it (SourceSetupError 'carries no full old row') and every table of the "
                             "source stops, on every restart (issue 27 item 3: only that table should stop)",
@@ -989,6 +1020,14 @@ CREATE = {
         "b": "CREATE TABLE b (id INT NOT NULL PRIMARY KEY, v INT, s VARCHAR(20)) DEFAULT CHARSET utf8mb4",
     },
     "postgres": {
+        "type_using_int": "ALTER COLUMN s TYPE bigint USING length(s) after a dump: " + SWEEP,
+        "rename_swap": "columns of different types swap names after a dump: " + SWEEP,
+        "rename_chain": "DROP COLUMN b; RENAME COLUMN a TO b (another type) after a dump: " + SWEEP,
+        "narrow_numeric": "ALTER COLUMN d TYPE numeric(8,1) (was (10,2)) after a dump: " + SWEEP,
+        "narrow_int": "ALTER COLUMN n TYPE smallint after a dump: " + SWEEP,
+        "drop_create_table": "DROP TABLE a; CREATE TABLE a (...) with the tail running: the new table's rows are "
+                             "never captured (apply 'empty', nothing quarantined, the target keeps the dropped "
+                             "table's rows and shape)",
         "a": ("CREATE TABLE a (id int PRIMARY KEY, i int, n bigint, d numeric(10,2), s varchar(20), c char(5), "
               "e mood, t text, ts timestamp(6), sm smallint)"),
         "p": "CREATE TABLE p (id int PRIMARY KEY, v int, s varchar(10), d numeric(6,3))",
@@ -1031,9 +1070,8 @@ def _render(sql, args) -> str:
 
 
 def _key_of(rng, sdb, table) -> int | None:
-    order = "RAND()" if sdb.kind == "mysql" else "random()"
-    rows = sdb.execute(f"SELECT id FROM {table} ORDER BY {order} LIMIT 1")
-    return rows[0][0] if rows else None
+    rows = sdb.execute(f"SELECT id FROM {table} ORDER BY id")   # the seed's choice, not the server's
+    return rng.choice(rows)[0] if rows else None
 
 
 def _write_sql(rng, sdb, table, cols, op) -> list[tuple[str, object]]:
@@ -1101,7 +1139,8 @@ def run_sequence(source: str, seed: int, seq: int, statements: int, *, exclude_k
             status = rig.dump(t)
             if status != "done":
                 raise RuntimeError(f"the first dump of {t}: {status}")
-        log.append("-- tail started, first dumps done")
+        rig.apply()
+        log.append("-- tail started, first dumps done and applied")
         counter = [0]
         for _ in range(statements):
             r = rng.random()
@@ -1114,7 +1153,11 @@ def run_sequence(source: str, seed: int, seq: int, statements: int, *, exclude_k
                     log.append("-- tail started")
                 continue
             table = rng.choice(TABLES)
-            if r < 0.16:
+            if r < 0.14:
+                log.append("-- apply")
+                rig.apply()    # raises: every table stopped (ERROR)
+                continue
+            if r < 0.19:
                 if rig.tail_running:
                     rig.dump_behind(table)
                     log.append(f"-- dump of {table} started")
@@ -1144,6 +1187,8 @@ def run_sequence(source: str, seed: int, seq: int, statements: int, *, exclude_k
                     break
             for _ in range(rng.randint(0, 2)):
                 write(rng, sdb, table, log)
+            if exclude_known:
+                _release_now(rig, log)
         _finish(rig, o)
     except Exception as e:  # noqa: BLE001 - the tail or the apply raised: every table stopped
         o.error = f"{type(e).__name__}: {e}"
@@ -1161,6 +1206,21 @@ def run_sequence(source: str, seed: int, seq: int, statements: int, *, exclude_k
         + ", ".join(f"{t}={c}" for t, c in o.tables.items())
         + f" | {counts} {o.seconds}s" + (f" ERROR {o.error[:300]}" if o.error else ""))
     return o
+
+
+def _release_now(rig: Rig, log: list[str]) -> None:
+    """The CI mode's operator: after each DDL step the tail catches up, the apply runs and a
+    quarantined or held table is re-dumped at once, so no table holds two breaks (a second
+    break before the release is a known divergence: see KNOWN_COMBINATIONS)."""
+    if not rig.tail_running:
+        rig.start_tail()
+        log.append("-- tail started")
+    rig.drain()
+    for q, r in rig.apply().items():
+        if _why(r):
+            t = q.split(".", 1)[1]
+            log.append(f"-- {t} {_why(r)[:200]}: re-dumped ({rig.dump(t)})")
+    rig.drain()
 
 
 def _touch(sdb, table: str, log: list[str]) -> None:
@@ -1218,7 +1278,27 @@ def _compare(rig: Rig, table: str) -> tuple[bool, str]:
         diff = rig.compare(table)
     except Exception as e:  # noqa: BLE001
         return False, f"compare failed: {type(e).__name__}: {str(e).strip()[:400]}"
-    return diff.equal, diff.describe()
+    if diff.equal:
+        return True, diff.describe()
+    return False, diff.describe(3) + _sample(rig, table, (diff.different + diff.missing + diff.extra)[:3])
+
+
+def _sample(rig: Rig, table: str, keys: list) -> str:
+    """The rows of a few differing keys on both sides, as each side's driver reads them."""
+    import json
+    from airflow_provider_dblog.engine.targets import PostgresTarget
+    try:
+        ids = [json.loads(k)[0] if isinstance(k, str) else k[0] for k in keys]
+        src = rig.sdb.execute(f"SELECT * FROM {table} WHERE id IN ({', '.join(['%s'] * len(ids))}) ORDER BY id", ids)
+        with PostgresTarget(rig.cfg.target("tgt")) as tgt, tgt.conn.cursor() as cur:
+            name = tgt.qualified_stage(target_table_name(rig.source.table_schema(rig.qualified(table))))
+            cur.execute(f"SELECT * FROM {name} WHERE id = ANY(%s) ORDER BY id", (ids,))
+            cols = [d[0] for d in cur.description]
+            tgt_rows = cur.fetchall()
+        src_cols = [c["name"] for c in rig.sdb.columns(table)]
+        return f"\n      source {src_cols}: {src}\n      target {cols}: {tgt_rows}"
+    except Exception as e:  # noqa: BLE001 - a sample is a help, not the finding
+        return f" (no sample: {type(e).__name__}: {str(e)[:200]})"
 
 
 def _why(r: dict) -> str | None:

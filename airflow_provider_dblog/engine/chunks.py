@@ -10,7 +10,7 @@ from __future__ import annotations
 import decimal
 import json
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .errors import DBLogError
 from .keys import encode_scalar
@@ -65,6 +65,30 @@ def advances(last: Sequence[tuple[bool, Any]], end: Sequence[tuple[bool, Any]]) 
         except (TypeError, decimal.InvalidOperation):
             return None
     return False
+
+
+def check_advance(source, state: RedisState, task: ChunkTask, schema, fail: Callable[[Exception], None]) -> None:
+    """ChunkOrderError (after ``fail(error)``, which closes the chunk's window) unless a range
+    chunk ends past the last completed one (in the key's order, as far as it can be told
+    here; an equal end always fails): a plan that goes back would loop, or move the
+    progress over rows never read. Never retried."""
+    if task.end is None:
+        return
+    last = state.progress(task.request, task.table).get("last_key")
+    if not last:
+        return
+    # a source that cannot order its keys in Python: only an equal end is told
+    order = getattr(source, "key_order", None) or (lambda s, key: [(False, v) for v in key])
+    a, b = schema.decode_key(last), schema.decode_key(task.end)
+    if advances(order(schema, a), order(schema, b)) is False:
+        error = ChunkOrderError(
+            f"dump request {task.request}: the chunk of {task.table} planned to end at key {task.end} does "
+            f"not advance past the last completed chunk's end {last} in the key's order: the source's "
+            "chunk plan and its key comparisons disagree, so the dump would loop or skip rows. It is "
+            "stopped; report it with the table's key definition (a type whose order is not carried: "
+            "exclude the table and dump it by key list)")
+        fail(error)
+        raise error
 
 
 def fail_window(state: RedisState, window: Window, error: BaseException | str, step: str,

@@ -10,7 +10,7 @@ or a request's state:
 4. ``write_hw``: the HW;
 5. ``finish_chunk``: wait until the tail has made the log durable through the HW,
    reconcile (steps 6-7), write the snapshot, and only then move chunk progress and close
-   the window together (invariant 5); the request is done when its last table is;
+   the window together (invariant 5; a chunk must advance); the request is done when its last table is;
 6. ``fail_window``: a chunk that failed between its LW and its finish closes its window
    as failed (no longer holding the apply frontier back) and marks the request failed.
 
@@ -22,9 +22,8 @@ when a chunk completes, so completed chunks are never redone, and a rerun resume
 One runner per request: a runner holds the request's lease (``holding``,
 ``engine/request_lease.py``) and checks it before each write; the chunk's completion is
 fenced by its token. A window whose runner died is closed by the tail once it is older
-than ``dump.abandon_after`` (``RedisState.close_abandoned_windows``).
-
-The tail never waits for any of this (invariant 3).
+than ``dump.abandon_after`` (``RedisState.close_abandoned_windows``). The tail never
+waits for any of this (invariant 3).
 """
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ from typing import Callable, Iterator, Protocol
 import pyarrow as pa
 import redis
 
-from .chunks import (MISSING_SHOWN, ChunkOrderError, ChunkTask, DumpSummary, advances,  # noqa: F401 - re-exported
-                     fail_window, missing_note)
+from .chunks import MISSING_SHOWN, ChunkTask, DumpSummary, check_advance, fail_window, missing_note  # noqa: F401
 from .config import DumpConfig
 from .errors import (ChunkShapeChangedError, ConfigError, DumpCancelledError, DumpPausedError, LeaseLostError,
                      SourceUnavailableError)
@@ -337,11 +335,7 @@ class DumpRunner:
         """Wait for the HW in the log, reconcile (steps 6-7), write the snapshot, and only
         then move chunk progress and close the window, together (invariant 5)."""
         schema = self.source.table_schema(task.table)
-        try:
-            self._check_advance(task, schema)
-        except ChunkOrderError as e:
-            self._fail_window(window, e, "progress")
-            raise
+        check_advance(self.source, self.state, task, schema, lambda e: self._fail_window(window, e, "progress"))
         t0 = time.monotonic()
         try:
             lw, hw = self.state.wait_window(window, timeout_s or self.config.window_timeout_s)
@@ -396,26 +390,6 @@ class DumpRunner:
         if request_done:
             self.state.set_request_status(task.request, "done")
         return detail | {"table_done": task.last, "request_done": request_done}
-
-    def _check_advance(self, task: ChunkTask, schema: TableSchema) -> None:
-        """ChunkOrderError unless a range chunk ends past the last completed one (in the key's
-        order, as far as it can be told here; an equal end always fails): a plan that goes
-        back would loop, or move the progress over rows never read. Never retried."""
-        if task.end is None:
-            return
-        last = self.state.progress(task.request, task.table).get("last_key")
-        if not last:
-            return
-        # a source that cannot order its keys in Python: only an equal end is told
-        order = getattr(self.source, "key_order", None) or (lambda s, key: [(False, v) for v in key])
-        a, b = schema.decode_key(last), schema.decode_key(task.end)
-        if advances(order(schema, a), order(schema, b)) is False:
-            raise ChunkOrderError(
-                f"dump request {task.request}: the chunk of {task.table} planned to end at key {task.end} does "
-                f"not advance past the last completed chunk's end {last} in the key's order: the source's "
-                "chunk plan and its key comparisons disagree, so the dump would loop or skip rows. It is "
-                "stopped; report it with the table's key definition (a type whose order is not carried: "
-                "exclude the table and dump it by key list)")
 
     def request_done(self, rid: str) -> bool:
         """Every table of the request has its last chunk completed (a table not started yet

@@ -9,6 +9,7 @@ planning, bound-parameter key lookups and a binlog reader (mysql-replication).
 - checks.py: binlog settings, privileges, values no target can hold
 - ddl.py: what the binlog's statements (DDL, savepoints) do to captured tables (sqlglot)
 - rows.py: binlog row images -> rows of logical values (RowConverter)
+- captured.py: a captured table's shape, checked against an ALTER TABLE's result
 - binlog.py: the binlog reader (BinlogReader)
 - jdbc.py: Spark's JDBC URL, session and table expression
 

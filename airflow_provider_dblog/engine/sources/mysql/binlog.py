@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import pymysql
@@ -21,9 +21,9 @@ from ...events import DELETE, INSERT, UPDATE, Event
 from ...positions import Position
 from ...schema import TableSchema
 from ..base import Idle, LogItem, RowChange, SchemaChange, TableBroken, TableTruncated, TxnEnd, WatermarkSeen
-from .ddl import ALTERED, BROKEN, TRUNCATED, TableStatement, literal_default, read_statement, savepoint_statement
+from .captured import CapturedTable, catalog_past_statement, logged_shape_problem
+from .ddl import ALTERED, BROKEN, TRUNCATED, TableStatement, read_statement, savepoint_statement
 from .rows import NO_NAMES, RowConverter, raw_text
-from .types import NativeColumn
 
 log = logging.getLogger(__name__)
 
@@ -55,39 +55,6 @@ def check_binlog_key(schema: TableSchema, primary_key: Any) -> None:
         raise SchemaChangedError(
             f"the primary key of {schema.qualified} is now ({', '.join(key)}), was "
             f"({', '.join(schema.key)}): update the capture's schema and re-dump the table")
-
-
-def catalog_past_statement(old: "CapturedTable", new: "CapturedTable", st: TableStatement) -> str:
-    """Why the catalog's shape ``new`` cannot be the one an ALTER TABLE gave the table
-    (shaped ``old`` before it): the tail reads the catalog when it gets to the statement,
-    and a later change of the table may already be there. "" when it matches: the columns
-    the statement adds, drops and renames, the columns it leaves alone unchanged, and the
-    DEFAULT literals of the columns it adds."""
-    altered = st.altered
-    expected = altered.columns_after(old.schema.column_names)
-    found = {c.lower() for c in new.schema.column_names}
-    if expected != found:
-        return f"columns {sorted(found)} where the statement leaves {sorted(expected)}"
-    touched = {c.lower() for c in altered.defined} | {b.lower() for _, b in altered.renamed}
-    before = {c.lower(): n for c, n in old.native.items()}
-    for name, native in new.native.items():
-        prior = before.get(name.lower())
-        if name.lower() not in touched and prior is not None and prior != native:
-            return f"column {name} is {native.column_type}, was {prior.column_type}, and the statement leaves it"
-    for column, value in altered.defaults.items():
-        text = next((d for c, d in new.defaults.items() if c.lower() == column.lower()), None)
-        known, now = literal_default(text) if text is not None else (True, None)
-        if not known or now != value:
-            return f"column {column} was added with DEFAULT {value!r}, and the catalog's default is {text}"
-    return ""
-
-
-@dataclass(frozen=True)
-class CapturedTable:
-    schema: TableSchema
-    native: dict[str, NativeColumn]
-    transactional: bool   # its engine rolls back (see catalog.TRANSACTIONAL_ENGINES)
-    defaults: dict[str, str] = field(default_factory=dict)   # catalog.CatalogTable.defaults
 
 
 @dataclass(frozen=True)
@@ -129,6 +96,7 @@ class BinlogReader:
         self.streamed = 0            # changes of the open transaction already given out
         self.savepoints: dict[str, int] = {}
         self.converters: dict[str, RowConverter] = {}
+        self.logged_shapes: dict[str, list] = {}   # each table's TABLE_MAP columns found to match its shape
         self.unreadable: set[str] = set()   # tables whose rows match no shape read (skipped: _other_shape)
         self.connects = 0
         self.should_stop: Callable[[], bool] = lambda: False
@@ -299,6 +267,7 @@ class BinlogReader:
             return
         self.tables[st.table] = new
         self.converters.pop(st.table, None)
+        self.logged_shapes.pop(st.table, None)
         self.unreadable.discard(st.table)
         past = catalog_past_statement(old, new, st) if st.effect == ALTERED else ""
         if st.effect == ALTERED or (new.schema, new.native) != (old.schema, old.native):
@@ -369,6 +338,7 @@ class BinlogReader:
             yield TableBroken(table, pos, f"{error}; its shape could not be read again ({e})")
             return False
         self.converters.pop(table, None)
+        self.logged_shapes.pop(table, None)
         if (self.tables[table].schema, self.tables[table].native) != (old.schema, old.native):
             yield SchemaChange(table, pos)
         try:
@@ -386,6 +356,11 @@ class BinlogReader:
         if conv is None:
             conv = self.converters[table] = RowConverter(captured.schema, captured.native)
         check_binlog_key(captured.schema, ev.primary_key)
+        if self.logged_shapes.get(table) is not ev.columns:   # a TABLE_MAP not checked yet
+            problem = logged_shape_problem(captured, ev.columns)
+            if problem:
+                raise SchemaChangedError(f"the shape of {table} in the binlog is not the one read: {problem}")
+            self.logged_shapes[table] = ev.columns
         raw_text(ev.columns)   # text comes as bytes, decoded as the server does (rows.py)
         rows = ev.rows  # decodes every row image of the event
         if not rows:

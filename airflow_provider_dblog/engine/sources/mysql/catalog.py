@@ -10,7 +10,8 @@ import pymysql
 
 from ...errors import SourceSetupError, UnknownTableError
 from ...schema import Column, TableSchema
-from .types import NativeColumn, bit_length, check_charset, logical_type, set_members
+from .types import (NativeColumn, add_decode_table, bit_length, check_charset, has_decode_table,
+                    logical_type, set_members)
 
 # engines that roll back (MyISAM, Aria, MEMORY do not: their rows stay written when
 # the transaction around them rolls back)
@@ -97,3 +98,29 @@ def _json_check_columns(query: Query, db: str, name: str) -> set[str]:
         if m:
             out.add(m.group(1).replace("``", "`"))
     return out
+
+
+_single_byte: set[str] | None = None   # the server's single-byte character sets, read once
+
+
+def server_decode_table(query: Query, charset: str) -> list[str | None]:
+    """The text the server gives for each byte 0..255 of ``charset`` converted to utf8mb4
+    (one SELECT of 256 values: MariaDB and MySQL)."""
+    if not re.fullmatch(r"[a-z0-9_]+", charset):
+        raise ValueError(f"not a character set name: {charset!r}")
+    cols = ", ".join(f"CONVERT(CHAR({b} USING {charset}) USING utf8mb4)" for b in range(256))
+    return list(query(f"SELECT {cols}", ())[0])
+
+
+def load_decode_tables(query: Query, charsets) -> None:
+    """Register the server's decode table of each single-byte character set among
+    ``charsets`` not yet registered in this process (latin1 keeps types.MARIADB_LATIN1)."""
+    global _single_byte
+    wanted = {c for c in charsets if c and c not in ("binary", "latin1") and not has_decode_table(c)}
+    if not wanted:
+        return
+    if _single_byte is None:
+        _single_byte = {str(r[0]).lower() for r in query(
+            "SELECT CHARACTER_SET_NAME FROM information_schema.CHARACTER_SETS WHERE MAXLEN = 1", ())}
+    for charset in sorted(wanted & _single_byte):
+        add_decode_table(charset, server_decode_table(query, charset))

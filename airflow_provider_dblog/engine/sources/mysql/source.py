@@ -27,7 +27,7 @@ from ..base import ChunkPlan, LogItem, Problem
 from ..sql_source import SELECT_BATCH, SqlSource
 from . import checks
 from .binlog import BinlogReader, CapturedTable, StreamSettings, binlog_file_number
-from .catalog import LITERAL_DEFAULT, TRANSACTIONAL_ENGINES, read_table
+from .catalog import LITERAL_DEFAULT, TRANSACTIONAL_ENGINES, load_decode_tables, read_table
 from .convert import key_sql_value, to_logical
 from .jdbc import SESSION_TIME_ZONE, jdbc_connection, jdbc_table
 from .sql import BoundParams, key_predicate, quote_ident, quote_table, sql_literal
@@ -304,6 +304,11 @@ class MySQLSource(SqlSource):
         file, pos = str(rows[0][0]), int(rows[0][1])
         return Position(binlog_file_number(file), pos, 0), {"file": file, "pos": pos}
 
+    def _decode_tables(self, natives) -> None:
+        """The server's decode tables of the single-byte character sets of these columns
+        (types.NativeColumn.encoding), read once per process: only the log needs them."""
+        load_decode_tables(self._query, {n.charset for n in natives})
+
     # can't connect, server gone away, lost connection, shutdown in progress, connection killed
     TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1053, 1927})
 
@@ -335,11 +340,14 @@ class MySQLSource(SqlSource):
             _, resume = self.current_resume()
         tables = {t: CapturedTable(self.table_schema(t), self.native_columns(t), self.transactional(t))
                   for t in self.tables}
+        self._decode_tables([n for c in tables.values() for n in c.native.values()])
         settings = StreamSettings(
             self.name, self.config.endpoint,
             int(server_id if server_id is not None else self.config.server_id),
             self.heartbeat_s, self.read_timeout_s)
         def refresh(table: str) -> CapturedTable:
-            return CapturedTable(self.refresh_schema(table), self.native_columns(table), self.transactional(table),
+            schema = self.refresh_schema(table)
+            self._decode_tables(self.native_columns(table).values())
+            return CapturedTable(schema, self.native_columns(table), self.transactional(table),
                                  dict(self._defaults.get(table, {})))
         yield from BinlogReader(settings, tables, self.watermark_table, resume, refresh).read(should_stop)

@@ -37,6 +37,42 @@ def _latin1_codec(name: str) -> codecs.CodecInfo | None:
 
 codecs.register(_latin1_codec)
 
+# single-byte character sets (but latin1) decoded by the server's own table of their 256
+# bytes (catalog.load_decode_tables, read where the log is read): Python's codecs differ on
+# some bytes (greek 0xA1, tis620), and where the server gives '?' (no character) the dump
+# gives '?' too
+_SERVER_PREFIX = "dblog_server_"
+_SERVER_TABLES: dict[str, str] = {}   # charset -> its 256 characters ('\ufffe': none)
+
+
+def add_decode_table(charset: str, chars: list[str | None]) -> None:
+    """Register the server's characters of bytes 0..255 of ``charset`` (once per process:
+    codecs caches lookups). A byte whose text is not one character stays undecodable."""
+    if charset in _SERVER_TABLES or len(chars) != 256:
+        return
+    _SERVER_TABLES[charset] = "".join(c if isinstance(c, str) and len(c) == 1 else "\ufffe"
+                                      for c in chars)
+
+
+def has_decode_table(charset: str) -> bool:
+    return charset in _SERVER_TABLES
+
+
+def _server_codec(name: str) -> codecs.CodecInfo | None:
+    table = _SERVER_TABLES.get(name[len(_SERVER_PREFIX):]) if name.startswith(_SERVER_PREFIX) else None
+    if table is None:
+        return None
+    return codecs.CodecInfo(name=name, encode=_no_encode,
+                            decode=lambda b, errors="strict": codecs.charmap_decode(b, errors, table))
+
+
+def _no_encode(s: str, errors: str = "strict"):
+    # many bytes may give '?': text cannot be encoded back exactly
+    raise ValueError("the server's decode tables only decode")
+
+
+codecs.register(_server_codec)
+
 # MySQL character sets whose Python codec has another name
 _CODECS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin1": MARIADB_LATIN1,
            "ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le",
@@ -82,6 +118,8 @@ class NativeColumn:
     @property
     def encoding(self) -> str:
         """The Python codec of the column's character set (for raw binlog bytes)."""
+        if self.charset in _SERVER_TABLES:
+            return _SERVER_PREFIX + self.charset
         return _CODECS.get(self.charset, self.charset or "utf-8")
 
 
