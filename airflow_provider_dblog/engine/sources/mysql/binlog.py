@@ -19,9 +19,8 @@ from ...config import Endpoint
 from ...errors import DBLogError, SchemaChangedError, SourceSetupError
 from ...events import DELETE, INSERT, UPDATE, Event
 from ...positions import Position
-from ...schema import TableSchema
 from ..base import Idle, LogItem, RowChange, SchemaChange, TableBroken, TableTruncated, TxnEnd, WatermarkSeen
-from .captured import CapturedTable, catalog_past_statement, logged_shape_problem
+from .captured import CapturedTable, catalog_past_statement, check_binlog_key, logged_shape_problem
 from .ddl import ALTERED, BROKEN, TRUNCATED, TableStatement, read_statement, savepoint_statement
 from .rows import NO_NAMES, RowConverter, raw_text
 
@@ -46,17 +45,6 @@ def _pymysql_connect(**settings):
     return pymysql.connect(**settings)
 
 
-def check_binlog_key(schema: TableSchema, primary_key: Any) -> None:
-    """SchemaChangedError if a rows event names another primary key than the schema's."""
-    if not primary_key:  # no key metadata (e.g. a prefix key): nothing to compare
-        return
-    key = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
-    if set(key) != set(schema.key):
-        raise SchemaChangedError(
-            f"the primary key of {schema.qualified} is now ({', '.join(key)}), was "
-            f"({', '.join(schema.key)}): update the capture's schema and re-dump the table")
-
-
 @dataclass(frozen=True)
 class StreamSettings:
     """Where and how the reader connects (see MySQLSource.read_log)."""
@@ -76,7 +64,7 @@ class BinlogReader:
     then rolled back) or a ROLLBACK TO SAVEPOINT drops those of transactional tables.
     Past ``stream_txn_after`` held changes (and while no savepoint is set) they are given
     out early, so that a large transaction is never held whole (the tail writes it in
-    parts, invisible until its TxnEnd); a ROLLBACK of such a transaction fails closed."""
+    parts, invisible until its TxnEnd); a whole ROLLBACK of such a transaction fails closed."""
 
     def __init__(self, settings: StreamSettings, tables: dict[str, CapturedTable],
                  watermark_table: str, resume: dict,
@@ -94,6 +82,7 @@ class BinlogReader:
         self.captured_in_txn = 0     # rows of watched tables in the open transaction
         self.txn: list[Event] = []
         self.streamed = 0            # changes of the open transaction already given out
+        self.streamed_tables: set[str] = set()   # the tables they are of
         self.savepoints: dict[str, int] = {}
         self.converters: dict[str, RowConverter] = {}
         self.logged_shapes: dict[str, list] = {}   # each table's TABLE_MAP columns found to match its shape
@@ -157,19 +146,23 @@ class BinlogReader:
     def _commit(self, offset: int) -> Iterator[LogItem]:
         """The open transaction's changes, then its end."""
         out, self.txn, self.streamed = self.txn, [], 0
+        self.streamed_tables.clear()
         self.savepoints.clear()
         self.in_txn, self.captured_in_txn = False, 0
         yield from (RowChange(e) for e in out)
         yield self._txn_end(offset)
 
-    def _roll_back(self, since: int) -> None:
-        """Drop the changes of transactional tables from the ``since``-th on."""
-        if self.streamed and since == 0 and any(t.transactional for t in self.tables.values()):
+    def _roll_back(self, since: int, whole: bool = False) -> None:
+        """Drop the held changes of transactional tables from the ``since``-th on. Changes
+        given out early precede any savepoint (none is set while they are given out, see
+        _on_rows), so only a whole ROLLBACK would need them back: MariaDB logs none of a
+        rolled-back transaction's transactional changes, but a server that did fails closed."""
+        given_out = sorted(t for t in self.streamed_tables if self.tables[t].transactional)
+        if whole and given_out:
             raise DBLogError(
-                f"a transaction of over {self.streamed} row changes was rolled back after its changes were "
-                f"given out (a ROLLBACK logged because it also wrote a non-transactional table): the tail "
-                f"cannot take them back, so it stops here. Such a transaction (over "
-                f"{self.settings.stream_txn_after} changes, rolled back, mixing engines) is not supported: "
+                f"a transaction of over {self.streamed} row changes was rolled back after its changes of "
+                f"{', '.join(given_out)} were given out (a ROLLBACK logged because it also wrote a "
+                "non-transactional table): the tail cannot take them back, so it stops here. "
                 "`dblog reset --confirm` the source (a re-dump)")
         self.txn = self.txn[:since] + [e for e in self.txn[since:]
                                        if not self.tables[e.table].transactional]
@@ -234,7 +227,7 @@ class BinlogReader:
                 for statement in read_statement(str(ev.query), db, list(self.tables)):
                     yield from self._on_statement(statement, pos)
             if q == "ROLLBACK":
-                self._roll_back(0)
+                self._roll_back(0, whole=True)
             yield from self._commit(offset)
         else:   # SAVEPOINT / ROLLBACK TO inside a transaction: not an end
             savepoint = savepoint_statement(ev.query)
@@ -302,6 +295,7 @@ class BinlogReader:
             if len(self.txn) >= self.settings.stream_txn_after and not self.savepoints:
                 out, self.txn = self.txn, []
                 self.streamed += len(out)
+                self.streamed_tables.update(e.table for e in out)
                 yield from (RowChange(e) for e in out)
 
     def _watermarks(self, ev: Any, kind: str) -> Iterator[LogItem]:

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ...errors import SchemaChangedError
 from ...schema import TableSchema
 from .ddl import TableStatement, literal_default
 from .types import NativeColumn
@@ -100,3 +101,14 @@ def logged_shape_problem(captured: CapturedTable, columns: Sequence[Any]) -> str
             return (f"column {col.name} is logged as {problem}, and the shape the reader holds says "
                     f"{native.column_type}")
     return ""
+
+
+def check_binlog_key(schema: TableSchema, primary_key: Any) -> None:
+    """SchemaChangedError if a rows event names another primary key than the schema's."""
+    if not primary_key:  # no key metadata (e.g. a prefix key): nothing to compare
+        return
+    key = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+    if set(key) != set(schema.key):
+        raise SchemaChangedError(
+            f"the primary key of {schema.qualified} is now ({', '.join(key)}), was "
+            f"({', '.join(schema.key)}): update the capture's schema and re-dump the table")
