@@ -91,3 +91,20 @@ def test_segment_names_and_the_name_before_writers(tmp_path):
     for bad in ("1|2", "", "a.b"):
         with pytest.raises(ValueError, match="alphanumeric"):
             log_segment_name(a[0].pos, bad)
+
+
+def test_the_sweep_reads_each_file_in_its_own_shape(tmp_path):
+    """The orphan sweep's keys come from files written in the shapes the table had (issue 27:
+    a snapshot or segment from before a type change was read with today's event schema and
+    failed the apply of every table, e.g. "Failed to parse string: 'v1' as int32")."""
+    from airflow_provider_dblog.engine.events import SNAPSHOT, events_to_arrow
+    from airflow_provider_dblog.engine.sweep import snapshot_keys
+    store = EventStore(str(tmp_path), "src")
+    before = T   # v string
+    after = TableSchema("app", "t", (Column("id", "int32", False), Column("v", "int64")), ("id",))
+    old = [Event(T.qualified, SNAPSHOT, (1,), None, {"id": 1, "v": "v1"}, Position(1, 10, 0), 0)]
+    new = [Event(T.qualified, SNAPSHOT, (2,), None, {"id": 2, "v": 2}, Position(1, 20, 0), 0)]
+    store.write_snapshot(before, Position(1, 10, 0), events_to_arrow(before, old))
+    store.write_snapshot(after, Position(1, 20, 0), events_to_arrow(after, new))
+    keys = snapshot_keys(store, after, Position(1, 1, 0), Position(1, 30, 0))
+    assert sorted(keys["id"].to_pylist()) == [1, 2]

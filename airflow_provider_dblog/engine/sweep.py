@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .events import SNAPSHOT, event_arrow_schema
+from .events import SNAPSHOT
 from .positions import Position
 from .schema import TableSchema
 from .values import comparable_key
@@ -71,17 +71,17 @@ def orphan_sweep(rid: str, table: str, progress: dict) -> dict | None:
 
 def snapshot_keys(store, schema: TableSchema, below: Position, until: Position) -> pa.Table:
     """The key columns of every snapshot event of ``schema`` with below < pos < until, file by
-    file (only the keys are held)."""
-    ev_schema = event_arrow_schema(schema)
+    file (only the keys are held). Each file is read in its own shape (an earlier dump's rows
+    may be in a shape the table has changed from since): only its key fields are taken."""
     key_fields = [f for f in schema.row_struct() if f.name in schema.key]
     parts = []
     for path in store.files_for_range(schema.qualified, below, until):
-        data = pq.read_table(path, filesystem=store.fs, schema=ev_schema, columns=["op", "pos", "after"])
+        data = pq.read_table(path, filesystem=store.fs, columns=["op", "pos", "after"])
         mask = pc.and_(pc.equal(data["op"], SNAPSHOT),
                        pc.and_(pc.greater(data["pos"], below.encode()), pc.less(data["pos"], until.encode())))
         after = data.filter(mask)["after"].combine_chunks()
         if len(after):
-            parts.append(pa.table({f.name: pc.struct_field(after, f.name) for f in key_fields}))
+            parts.append(pa.table({f.name: pc.struct_field(after, f.name).cast(f.type) for f in key_fields}))
     if not parts:
         return pa.schema(key_fields).empty_table()
     return pa.concat_tables(parts)
