@@ -87,6 +87,13 @@ KNOWN_DIVERGENT: dict[str, dict[str, str]] = {
         "rename_chain": "DROP COLUMN b; RENAME COLUMN a TO b (another type) after a dump: " + SWEEP,
         "narrow_numeric": "ALTER COLUMN d TYPE numeric(8,1) (was (10,2)) after a dump: " + SWEEP,
         "narrow_int": "ALTER COLUMN n TYPE smallint after a dump: " + SWEEP,
+        "drop_add_same_column": "DROP COLUMN v; ADD COLUMN v <same type> (the column moves to the end): a dump of "
+                                "the table is redone on ChunkShapeChangedError ('selected as [id, s, d, v] but holds "
+                                "[id, v, s, d]') until dump.retry_for_s, then fails as 'source unavailable'; with the "
+                                "default 300 s every apply waits (review item of issue 27)",
+        "generated_column": "ADD COLUMN g bigint GENERATED ALWAYS AS (v / 2) STORED on a quiet table (a dump of it "
+                            "running): apply 'applied', not quarantined, the target has no column g",
+        "drop_add_one_statement": "ALTER TABLE t DROP COLUMN v, ADD COLUMN v <same type>: as drop_add_same_column",
         "drop_create_table": "DROP TABLE a; CREATE TABLE a (...) with the tail running: the new table's rows are "
                              "never captured (apply 'empty', nothing quarantined, the target keeps the dropped "
                              "table's rows and shape)",
@@ -193,7 +200,7 @@ class PgSrc:
                 cur.execute(sql, args)
                 return list(cur.fetchall()) if cur.description else []
         except (psycopg2.ProgrammingError, psycopg2.DataError, psycopg2.IntegrityError,
-                psycopg2.NotSupportedError, psycopg2.errors.ObjectInUse,
+                psycopg2.NotSupportedError, psycopg2.errors.ObjectInUse, psycopg2.errors.ObjectNotInPrerequisiteState,
                 psycopg2.errors.FeatureNotSupported, psycopg2.InternalError) as e:
             raise Refused(str(e).strip()) from None
 
@@ -296,7 +303,7 @@ class Rig:
             "state": {"redis_url": f"redis://127.0.0.1:{REDIS_PORT}/0", "prefix": self.prefix},
             "storage": {"root": str(workdir / "storage")},
             "spark": {"master": "local[2]"},
-            "dump": {"chunk_size": 50, "parallelism": 2, "window_timeout_s": 30},
+            "dump": {"chunk_size": 50, "parallelism": 2, "window_timeout_s": 30, "retry_for_s": 20},
             "tail": {"flush_events": 5_000, "flush_seconds": 0.2},
             "apply": {},
         }
@@ -1025,6 +1032,13 @@ CREATE = {
         "rename_chain": "DROP COLUMN b; RENAME COLUMN a TO b (another type) after a dump: " + SWEEP,
         "narrow_numeric": "ALTER COLUMN d TYPE numeric(8,1) (was (10,2)) after a dump: " + SWEEP,
         "narrow_int": "ALTER COLUMN n TYPE smallint after a dump: " + SWEEP,
+        "drop_add_same_column": "DROP COLUMN v; ADD COLUMN v <same type> (the column moves to the end): a dump of "
+                                "the table is redone on ChunkShapeChangedError ('selected as [id, s, d, v] but holds "
+                                "[id, v, s, d]') until dump.retry_for_s, then fails as 'source unavailable'; with the "
+                                "default 300 s every apply waits (review item of issue 27)",
+        "generated_column": "ADD COLUMN g bigint GENERATED ALWAYS AS (v / 2) STORED on a quiet table (a dump of it "
+                            "running): apply 'applied', not quarantined, the target has no column g",
+        "drop_add_one_statement": "ALTER TABLE t DROP COLUMN v, ADD COLUMN v <same type>: as drop_add_same_column",
         "drop_create_table": "DROP TABLE a; CREATE TABLE a (...) with the tail running: the new table's rows are "
                              "never captured (apply 'empty', nothing quarantined, the target keeps the dropped "
                              "table's rows and shape)",

@@ -37,7 +37,7 @@ from .events import DELETE
 from .positions import Position
 from .retry import Retrier, count_retry, redis_is_transient
 from .schema import TableSchema
-from .quarantine import fix_for, settle
+from .quarantine import fix_for, quarantine_table, settle
 from .schema_evolution import Evolution, version_evolution
 from .schema_history import version_at
 from .sweep import sweep_table
@@ -184,9 +184,8 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     table = schema.qualified
     frontier = state.frontier()
     versions = store.schema_versions(table) if frontier is not None else []
-    quarantine = None
-    if frontier is not None:
-        quarantine = settle(target, state, source_name, table, lambda at: shape_at(versions, schema, at))
+    quarantine = None if frontier is None else settle(target, state, source_name, table,
+                                                      lambda at: shape_at(versions, schema, at))
     if quarantine is not None:   # the batch stops before the change, in the shape before it
         frontier = min(frontier, Position.decode(quarantine["at"]))
     applied = target.applied_pos(source_name, table)
@@ -198,10 +197,13 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     shape = shape_at(versions, schema, applied)
     target.ensure_table(shape)
     change = next_change(versions, applied, frontier) if frontier is not None else None
-    if change is not None and not change[1].compatible:   # a quarantine whose record is gone: stop too
-        quarantine = {"at": change[0].encode(), "why": change[1].describe(), "fix": fix_for(table)}
+    if change is not None and not change[1].compatible:   # a quarantine whose record is gone: stop too,
+        why = f"changed at {change[0]}: {change[1].describe()}"   # recorded again so that a dump releases it
+        quarantine_table(state, table, change[0], why)
+        quarantine = {"at": change[0].encode(), "why": why, "fix": fix_for(table)}
         frontier, change = change[0], None
-    elif change is not None:
+    ahead = frontier   # a held value's fix may lie past the change the batch ends at (held_at)
+    if change is not None:
         frontier = change[0]
     have = set(target.columns(table))
     b = Batch(shape, applied, frontier, started=started, quarantined=quarantine,
@@ -218,22 +220,19 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     if applied is not None and frontier <= applied:
         b.result = b.finish("up_to_date")
         return b
-    b.files = store.files_for_range(table, applied, frontier)
+    b.files = store.files_with_events(table, applied, frontier)   # (both paths read them in its shape)
     b.out["files"] = len(b.files)
     if b.files:
-        at, why = held_at(store, b.files, b.lo, b.hi)
-        if at is not None:
-            # stop before the first event no target can take; the rest waits until a later
-            # event of that row (a fix at the source, a re-dump) makes it moot
-            b.held = {"at": at.encode(), "error": why}
-            b.out["held"] = b.held
+        more = b.files if ahead <= frontier else store.files_for_range(table, applied, ahead)
+        at, why = held_at(store, more, b.lo, b.hi, ahead.encode())
+        if at is not None:   # stop before the first event no target can take (held_at)
+            b.held = b.out["held"] = {"at": at.encode(), "error": why}
             b.evolve = None
             log.warning("%s: apply held at %s: %s", table, at, why)
             if applied is not None and at <= applied:
                 b.result = b.finish("held")
                 return b
-            b.frontier = at
-            b.out["to"] = at.encode()
+            b.frontier, b.out["to"] = at, at.encode()
         b.events = b.out["events"] = events_in_range(store, b.files, b.lo, b.hi)
     if b.evolve is not None:
         b.out["evolved"] = [{"at": b.hi, "change": b.evolve[0].describe()}]
@@ -243,13 +242,14 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     return b
 
 
-def held_at(store, files: list[str], lo: str, hi: str) -> tuple[Position | None, str | None]:
+def held_at(store, files: list[str], lo: str, hi: str, until: str = "") -> tuple[Position | None, str | None]:
     """Where a batch ``lo <= pos < hi`` must stop so that no event whose values could not
     be carried (``error`` set, engine/values.py) reaches a target: (None, None) when none
-    would. A key's latest event in the batch is what a target gets, so the batch ends
-    before the earliest such event that is its key's latest; a later event of the same key
-    (the row fixed at the source, or a re-dump) lets it pass. A delete needs only its key,
-    and one whose key could not be carried deletes nothing: those pass (and are dropped)."""
+    would. A target keeps a key's latest event, so the apply stops before the earliest such
+    event that is its key's latest up to ``until`` (default ``hi``; ``files`` reach it: the
+    run goes on past a change of shape at ``hi``); a later event of the key (the row fixed
+    at the source, a re-dump) lets it pass. A delete whose key could not be carried deletes
+    nothing: those pass (and are dropped)."""
     # (a file written before events had an ``error`` column reads it as nulls)
     errors = pa.schema([pa.field("error", pa.string())])
     parts = [pq.read_table(f, schema=errors, filesystem=store.fs) for f in files]
@@ -257,8 +257,8 @@ def held_at(store, files: list[str], lo: str, hi: str) -> tuple[Position | None,
         return None, None
     cols = pa.schema([pa.field(c, pa.string()) for c in ("key", "op", "pos", "error")])
     data = pa.concat_tables([pq.read_table(f, schema=cols, filesystem=store.fs) for f in files])
-    data = data.filter(pc.and_(pc.greater_equal(data["pos"], lo), pc.less(data["pos"], hi)))
-    ceiling, why = hi, None
+    ceiling, why = max(hi, until), None
+    data = data.filter(pc.and_(pc.greater_equal(data["pos"], lo), pc.less(data["pos"], ceiling)))
     while True:
         latest = latest_per_key(data.filter(pc.less(data["pos"], ceiling)))
         bad = latest.filter(pc.and_(pc.is_valid(latest["error"]), pc.not_equal(latest["op"], DELETE)))
@@ -266,7 +266,7 @@ def held_at(store, files: list[str], lo: str, hi: str) -> tuple[Position | None,
             break
         first = bad.sort_by([("pos", "ascending")]).slice(0, 1).to_pylist()[0]
         ceiling, why = first["pos"], first["error"]
-    return (None, None) if why is None else (Position.decode(ceiling), why)
+    return (None, None) if why is None or ceiling >= hi else (Position.decode(ceiling), why)
 
 
 def pending_ranges(target, store, state, source_name: str, tables: list[str]) -> Iterator[tuple[str, list[str], str, str]]:

@@ -5,19 +5,34 @@ narrowed, a column added with a value no row event carries, ...) or a statement 
 changed its rows without row events (TRUNCATE, DROP TABLE) quarantines that table only:
 
 - the tail records the new shape as a version from the change (marked ``quarantined``),
-  records the quarantine in Redis, and goes on: the table's events are still stored, in
-  the new shape, and every other table keeps flowing;
-- an apply stops the table's batch before the change (``status: quarantined``, with why
-  and the fix); ``dblog status`` lists it;
-- a full dump of the table requested after the change (one click in the repair form, or
-  ``dblog dump --table``) releases it: once that dump has finished the table, the next
-  apply rebuilds the target table in the new shape, empty, with its checkpoint at the
-  change, and applies from there: the log's events after the change, then the dump's
-  snapshot, which holds every row (a row deleted before the dump is simply not there).
+  records the break in Redis, and goes on: the table's events are still stored, in the
+  new shape, and every other table keeps flowing;
+- each target's apply stops the table's batch before the first break that target has not
+  been rebuilt past (``status: quarantined``, with why and the fix); ``dblog status``
+  lists the table while a target known to the source still waits;
+- a full dump of the table that read it after its latest break (one click in the repair
+  form, or ``dblog dump --table``) releases it, target by target: once that dump has
+  finished the table, the next apply of each target rebuilds the target table empty in
+  the shape holding at the latest break, with its checkpoint there, and applies from
+  there: the log's events after the break, then the dump's snapshot, which holds every row
+  (a row deleted before the dump is simply not there). A break after that rebuild stops
+  that target again (a new dump, after it, releases it).
 
-Redis: ``<prefix>:<source>:quarantined``, a hash {table: {"at": where its targets stop,
-"why", "since": when a releasing dump may be requested from, "last": its latest break}}.
-Nothing here imports Airflow.
+Which dump releases, by positions, never by clocks: a full dump (scope ``table`` or
+``all``) releases breaks up to ``P`` when it has finished the table and the log head it
+read before its first read of the table (``head_before`` of its progress: before the max
+key read and every chunk's select) is past ``P``. Everything up to ``P`` was then in the
+log before the dump read a row, so every row it read holds the break. (A PostgreSQL DDL
+holds its lock until it is visible, so the gap between its commit record and its
+visibility cannot reach a read of the table.) A dump that began reading before a break
+releases nothing of it, however late it was requested or finished.
+
+Redis, per source: ``quarantined``, a hash {table: {"at": the first break, "why",
+"since": when it was recorded (shown only), "last": the latest break, "breaks": every
+break in log order}}, kept as the table's break history (a target reset, or new, meets
+them too); ``quarantine_rebuilt`` {"table|target": {"at": the break it was rebuilt at,
+"request"}}; ``apply_targets``, the targets that applied the source, which
+:func:`quarantined` waits for. Nothing here imports Airflow.
 """
 from __future__ import annotations
 
@@ -30,73 +45,106 @@ from .positions import Position
 
 log = logging.getLogger(__name__)
 
-KEY = "quarantined"
+KEY, REBUILT, TARGETS = "quarantined", "quarantine_rebuilt", "apply_targets"
 
 
 def fix_for(table: str) -> str:
     return (f"re-dump {table}: a full dump of the table (`dblog dump --table {table}`, or the repair form "
-            "with the table and scope 'table'); once it has finished, the next apply rebuilds the target "
-            "table in the new shape")
+            "with the table and scope 'table'), started after its latest break; once it has finished, the "
+            "next apply rebuilds the target table in the new shape")
+
+
+def breaks(entry: dict) -> list[Position]:
+    """The table's breaks in log order (an entry recorded before ``breaks`` has two)."""
+    raw = entry.get("breaks") or sorted({entry["at"], entry.get("last", entry["at"])})
+    return [Position.decode(p) for p in raw]
 
 
 def quarantine_table(state, table: str, at: Position, why: str) -> None:
-    """Record that ``table``'s targets stop before ``at`` until the table is re-dumped. A
-    table already quarantined keeps its first position (where its targets stop), but a new
-    break later in the log (not the replay of one) needs a dump requested after it."""
+    """Record that ``table`` broke at ``at``: its targets stop before it until they are
+    rebuilt past it. A break at or before the latest recorded one is a replay: ignored."""
     key, now = state.k(KEY), time.time()
-    entry = {"at": at.encode(), "why": why, "since": now, "last": at.encode()}
+    entry = {"at": at.encode(), "why": why, "since": now, "last": at.encode(), "breaks": [at.encode()]}
     if state.r.hsetnx(key, table, json.dumps(entry)):
         log.error("%s quarantined at %s: %s. Its events are still captured; its targets stop before the "
                   "change until it is re-dumped: %s", table, at, why, fix_for(table))
         return
     old = json.loads(state.r.hget(key, table) or "{}")
-    if old and at.encode() > old.get("last", old["at"]):
-        state.r.hset(key, table, json.dumps(old | {"why": f"{old['why']}; then {why}", "since": now,
-                                                   "last": at.encode()}))
+    if old and at > breaks(old)[-1]:
+        state.r.hset(key, table, json.dumps(old | {
+            "why": f"{old['why']}; then {why}", "since": now, "last": at.encode(),
+            "breaks": [p.encode() for p in breaks(old)] + [at.encode()]}))
         log.error("%s, quarantined since %s, broke again at %s: %s", table, old["at"], at, why)
 
 
+def rebuilt_at(state, table: str, target: str) -> Position | None:
+    """The break ``target``'s table was last rebuilt at, or None."""
+    v = state.r.hget(state.k(REBUILT), f"{table}|{target}")
+    return Position.decode(json.loads(v)["at"]) if v else None
+
+
 def quarantined(state) -> dict[str, dict]:
-    """{table: {"at", "why", "since", "fix"}} of the source's quarantined tables."""
-    return {t: json.loads(v) | {"fix": fix_for(t)} for t, v in state.r.hgetall(state.k(KEY)).items()}
+    """{table: {"at", "why", "last", "fix", "waiting": [targets]}} of the tables a target
+    that applied the source has not been rebuilt past yet (``dblog status``)."""
+    targets = sorted(state.r.smembers(state.k(TARGETS)))
+    out = {}
+    for t, v in state.r.hgetall(state.k(KEY)).items():
+        entry = json.loads(v)
+        last = breaks(entry)[-1]
+        waiting = [n for n in targets if (rebuilt_at(state, t, n) or Position(0, 0)) < last]
+        if waiting or not targets:
+            out[t] = entry | {"fix": fix_for(t), "waiting": waiting}
+    return out
 
 
-def releasing_dump(state, table: str, entry: dict, look_back: int = 200) -> str | None:
-    """A full dump of ``table`` requested after its quarantine began that has finished the
-    table, or None."""
+def releasing_dump(state, table: str, after: Position, look_back: int = 200) -> str | None:
+    """A full dump of ``table`` that has finished the table and began reading it after
+    ``after`` in the log (see the module's docstring), or None."""
     for rid in state.requests(look_back):
         req = state.request(rid)
-        if req is None or float(req.get("created_at", 0)) < entry["since"]:
+        if req is None:
             continue
         spec = req["spec"]
-        if spec["scope"] in ("all", "table") and table in spec["tables"] and state.progress(rid, table).get("done"):
+        if spec["scope"] not in ("all", "table") or table not in spec["tables"]:
+            continue
+        progress = state.progress(rid, table)
+        if progress.get("done") and progress.get("head_before") and Position.decode(progress["head_before"]) > after:
             return rid
     return None
 
 
-def release(state, table: str) -> None:
-    state.r.hdel(state.k(KEY), table)
-
-
 def settle(target, state, source_name: str, table: str, shape_at: Callable[[Position], object]) -> dict | None:
-    """The quarantine of ``table`` as an apply meets it: None when it has none. Its
-    releasing dump done: the target table rebuilt empty in ``shape_at(at)`` (the shape
-    holding from the change) with its checkpoint at the change, the quarantine lifted,
-    None. Else the entry: the batch stops at its ``at``."""
-    entry = quarantined(state).get(table)
-    if entry is None:
+    """The quarantine of ``table`` as this target's apply meets it: None when the target
+    has been rebuilt past every break. A releasing dump done: the target table rebuilt
+    empty in ``shape_at(last)`` (the shape holding at the latest break) with its checkpoint
+    there, recorded for this target only, None. Else the entry, with ``at`` the first break
+    this target has not been rebuilt past: the batch stops there."""
+    name = target.config.name
+    state.r.sadd(state.k(TARGETS), name)
+    raw = state.r.hget(state.k(KEY), table)
+    if raw is None:
         return None
-    rid = releasing_dump(state, table, entry)
+    entry = json.loads(raw) | {"fix": fix_for(table)}
+    rebuilt, all_breaks = rebuilt_at(state, table, name), breaks(entry)
+    if rebuilt is not None:
+        applied = target.applied_pos(source_name, table)
+        if applied is None or applied < rebuilt or not target.exists(table):
+            rebuilt = None   # the target table was reset or dropped since: the breaks hold again
+    pending = [b for b in all_breaks if rebuilt is None or b > rebuilt]
+    if not pending:
+        return None
+    last = all_breaks[-1]
+    rid = releasing_dump(state, table, last)
     if rid is None:
-        return entry
-    at = Position.decode(entry["at"])
-    schema = shape_at(at)
-    # each step is safe to redo: until the quarantine is lifted, the next apply starts over
+        return entry | {"at": pending[0].encode()}
+    schema = shape_at(last)
+    # each step is safe to redo: until the rebuild is recorded, the next apply starts over
     target.drop_table(schema)
     target.ensure_table(schema)
     target.reset_applied(source_name, schema)
-    target.advance_applied(source_name, schema, at)
-    release(state, table)
-    log.warning("%s released from quarantine by dump request %s: target table rebuilt in the new shape, "
-                "applied from %s", table, rid, at)
+    target.advance_applied(source_name, schema, last)
+    state.r.hset(state.k(REBUILT), f"{table}|{name}", json.dumps({"at": last.encode(), "request": rid,
+                                                                  "when": time.time()}))
+    log.warning("%s released from quarantine on target %s by dump request %s: target table rebuilt in the "
+                "shape of its latest break, applied from %s", table, name, rid, last)
     return None

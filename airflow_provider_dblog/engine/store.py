@@ -241,12 +241,27 @@ class EventStore:
                    if start < hi and (lo is None or (start.log, start.offset) >= (lo.log, lo.offset))]
         return chosen
 
+    def files_with_events(self, table: str, lo: Position | None, hi: Position) -> list[str]:
+        """files_for_range, less the files without an event at lo <= pos < hi (read by their
+        ``pos`` alone): a file named before a change of the table's shape may hold only
+        events before it, in the earlier shape, which a read of the range in its own shape
+        must not open."""
+        out = []
+        for path in self.files_for_range(table, lo, hi):
+            pos = pq.read_table(path, columns=["pos"], filesystem=self.fs)["pos"]
+            inside = pc.less(pos, hi.encode())
+            if lo is not None:
+                inside = pc.and_(inside, pc.greater_equal(pos, lo.encode()))
+            if pc.any(inside).as_py():
+                out.append(path)
+        return out
+
     def read_range(self, table: TableSchema, lo: Position | None, hi: Position,
                    ops: Iterable[str] | None = None) -> pa.Table:
         """Events of one table with lo < pos < hi, deduplicated and in position order."""
         schema = event_arrow_schema(table)
         parts = [pq.read_table(p, filesystem=self.fs, schema=schema)
-                 for p in self.files_for_range(table.qualified, lo, hi)]
+                 for p in self.files_with_events(table.qualified, lo, hi)]
         data = pa.concat_tables(parts) if parts else schema.empty_table()
         mask = pc.less(data["pos"], hi.encode())
         if lo is not None:

@@ -117,6 +117,29 @@ def test_a_table_broken_twice_is_rebuilt_at_its_latest_break(src_db, make_cdc):
     _equal(cdc, "u")
 
 
+def test_a_compatible_change_after_a_break_is_taken_after_the_rebuild(src_db, make_cdc):
+    """The review's own example, a narrowing then a column dropped, did not diverge before
+    either: the drop flows (no second break), so the rebuild at the narrowing is followed by
+    the drop as a change of shape, and the dump's rows (in the shape after it) land there."""
+    with src_db.cursor() as cur:
+        src_db.create_table(cur, "t", "id INT PRIMARY KEY, v INT, w INT")
+    cdc = make_cdc(["t"])
+    t = f"{cdc.db}.t"
+    cdc.start_tail()
+    _run(src_db, "INSERT INTO t (id, v, w) VALUES (1, 1, 1), (2, 2, 2)")
+    cdc.drain()
+    _apply(cdc)
+    _run(src_db, NARROW[src_db.kind], "INSERT INTO t (id, v, w) VALUES (3, 3, 3)",
+         "ALTER TABLE t DROP COLUMN w", "INSERT INTO t (id, v) VALUES (4, 4)")
+    cdc.drain()
+    assert _apply(cdc)[t]["status"] == "quarantined"
+    _dump(cdc, DumpSpec("table", [t]))
+    res = _apply(cdc)[t]
+    assert res["status"] == "applied", res
+    assert _target_columns(cdc, "t") == ["id", "v", "_dblog_pos"]
+    _equal(cdc, "t")
+
+
 # -- item 1b: two targets of one source ----------------------------------------------------
 def test_each_target_of_the_source_is_released_on_its_own(src_db, make_cdc):
     second = {"kind": "postgres", "source": "src", "host": "127.0.0.1", "port": POSTGRES_PORT,
