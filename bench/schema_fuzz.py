@@ -54,39 +54,11 @@ MARIADB_PORT = int(os.environ.get("DBLOG_TEST_MARIADB_PORT", 13306))
 POSTGRES_PORT = int(os.environ.get("DBLOG_TEST_POSTGRES_PORT", 15432))
 REDIS_PORT = int(os.environ.get("DBLOG_TEST_REDIS_PORT", 16379))
 
-# divergences of a combination, not of one kind (the CI mode avoids them: _release_now)
-KNOWN_COMBINATIONS = {
-    "second break before release": "a table quarantined twice before its re-dump (e.g. DROP COLUMN v and a type "
-                                   "change, then CREATE OR REPLACE; or two generated columns added): the re-dump "
-                                   "releases it, but the target is rebuilt in the shape of the FIRST break (a column "
-                                   "missing; apply 'applied'/'empty'); the review item of issue 27",
-}
-
-SWEEP = ("the orphan sweep of an earlier dump reads the dump's old-shape parquet files with today's event "
-         "schema (engine/sweep.py snapshot_keys: pq.read_table(schema=event_arrow_schema(schema))) -> ArrowInvalid, "
-         "the whole apply run fails for every table")
-
 # statement kinds with a known, reported divergence: {source: {kind: reason}}; the CI test
 # leaves them out (--exclude-known), the long run keeps them in
 KNOWN_DIVERGENT: dict[str, dict[str, str]] = {
-    "mariadb": {
-        "add_then_set_default": "ADD COLUMN c ... DEFAULT 'legacy' then ALTER COLUMN c SET DEFAULT 'web': the "
-                                "target's existing rows get the catalog's later default (review item of issue 27), "
-                                "apply status applied/empty, nothing quarantined",
-        "generated_column": "a STORED generated column added to a table quarantined by an earlier break: the "
-                            "re-dump releases it but the target is rebuilt without the newest column (apply "
-                            "'applied', compare: column missing) - the first break's shape",
-        "narrow_decimal": "MODIFY d DECIMAL(8,1) (was (10,2)) after a dump: " + SWEEP,
-        "narrow_int": "MODIFY n SMALLINT after a dump: " + SWEEP,
-        "change_column_type": "CHANGE COLUMN c c <another type> after a dump: " + SWEEP,
-        "rename_swap": "columns of different types swap names after a dump: " + SWEEP,
-    },
+    "mariadb": {},
     "postgres": {
-        "type_using_int": "ALTER COLUMN s TYPE bigint USING length(s) after a dump: " + SWEEP,
-        "rename_swap": "columns of different types swap names after a dump: " + SWEEP,
-        "rename_chain": "DROP COLUMN b; RENAME COLUMN a TO b (another type) after a dump: " + SWEEP,
-        "narrow_numeric": "ALTER COLUMN d TYPE numeric(8,1) (was (10,2)) after a dump: " + SWEEP,
-        "narrow_int": "ALTER COLUMN n TYPE smallint after a dump: " + SWEEP,
         "drop_add_same_column": "DROP COLUMN v; ADD COLUMN v <same type> (the column moves to the end): a dump of "
                                 "the table is redone on ChunkShapeChangedError ('selected as [id, s, d, v] but holds "
                                 "[id, v, s, d]') until dump.retry_for_s, then fails as 'source unavailable'; with the "
@@ -1027,21 +999,6 @@ CREATE = {
         "b": "CREATE TABLE b (id INT NOT NULL PRIMARY KEY, v INT, s VARCHAR(20)) DEFAULT CHARSET utf8mb4",
     },
     "postgres": {
-        "type_using_int": "ALTER COLUMN s TYPE bigint USING length(s) after a dump: " + SWEEP,
-        "rename_swap": "columns of different types swap names after a dump: " + SWEEP,
-        "rename_chain": "DROP COLUMN b; RENAME COLUMN a TO b (another type) after a dump: " + SWEEP,
-        "narrow_numeric": "ALTER COLUMN d TYPE numeric(8,1) (was (10,2)) after a dump: " + SWEEP,
-        "narrow_int": "ALTER COLUMN n TYPE smallint after a dump: " + SWEEP,
-        "drop_add_same_column": "DROP COLUMN v; ADD COLUMN v <same type> (the column moves to the end): a dump of "
-                                "the table is redone on ChunkShapeChangedError ('selected as [id, s, d, v] but holds "
-                                "[id, v, s, d]') until dump.retry_for_s, then fails as 'source unavailable'; with the "
-                                "default 300 s every apply waits (review item of issue 27)",
-        "generated_column": "ADD COLUMN g bigint GENERATED ALWAYS AS (v / 2) STORED on a quiet table (a dump of it "
-                            "running): apply 'applied', not quarantined, the target has no column g",
-        "drop_add_one_statement": "ALTER TABLE t DROP COLUMN v, ADD COLUMN v <same type>: as drop_add_same_column",
-        "drop_create_table": "DROP TABLE a; CREATE TABLE a (...) with the tail running: the new table's rows are "
-                             "never captured (apply 'empty', nothing quarantined, the target keeps the dropped "
-                             "table's rows and shape)",
         "a": ("CREATE TABLE a (id int PRIMARY KEY, i int, n bigint, d numeric(10,2), s varchar(20), c char(5), "
               "e mood, t text, ts timestamp(6), sm smallint)"),
         "p": "CREATE TABLE p (id int PRIMARY KEY, v int, s varchar(10), d numeric(6,3))",
@@ -1127,6 +1084,7 @@ class Outcome:
 
 
 def run_sequence(source: str, seed: int, seq: int, statements: int, *, exclude_known: bool = False,
+                 release_each_step: bool = False,
                  workdir: Path | None = None, out=print) -> Outcome:
     seed_s = f"{seed}-{source}-{seq}"
     rng = random.Random(seed_s)
@@ -1201,7 +1159,7 @@ def run_sequence(source: str, seed: int, seq: int, statements: int, *, exclude_k
                     break
             for _ in range(rng.randint(0, 2)):
                 write(rng, sdb, table, log)
-            if exclude_known:
+            if release_each_step:
                 _release_now(rig, log)
         _finish(rig, o)
     except Exception as e:  # noqa: BLE001 - the tail or the apply raised: every table stopped
@@ -1223,9 +1181,8 @@ def run_sequence(source: str, seed: int, seq: int, statements: int, *, exclude_k
 
 
 def _release_now(rig: Rig, log: list[str]) -> None:
-    """The CI mode's operator: after each DDL step the tail catches up, the apply runs and a
-    quarantined or held table is re-dumped at once, so no table holds two breaks (a second
-    break before the release is a known divergence: see KNOWN_COMBINATIONS)."""
+    """An operator who repairs at once (``release_each_step``): after each DDL step the tail
+    catches up, the apply runs and a quarantined or held table is re-dumped."""
     if not rig.tail_running:
         rig.start_tail()
         log.append("-- tail started")
