@@ -10,14 +10,15 @@ from typing import Any, Callable, Sequence
 from ...errors import SourceSetupError, UnknownTableError
 from ...schema import Column, TableSchema
 from .column_types import NativeColumn, logical_type
+from .sql import quote_table
 
 Query = Callable[[Any, Sequence[Any]], list[tuple]]
 
 
 def load_table(query: Query, table: str, source_name: str) -> tuple:
     """(schema, native columns by name, pg_class.relreplident, whether the primary key is
-    DEFERRABLE, the columns that give a row a value of their own: a DEFAULT (its SQL
-    text) or GENERATED, the columns' attnums, the table's oid) of ``schema.table``, read
+    DEFERRABLE, the columns' DEFAULTs (their SQL text), the columns' attnums, the table's
+    oid; stored generated columns left out) of ``schema.table``, read
     through ``query(sql, args)``. UnknownTableError if it is not an ordinary table,
     NoPrimaryKeyError without a primary key, SourceSetupError for an unsupported type."""
     nsp, _, name = table.partition(".")
@@ -56,14 +57,19 @@ def load_table(query: Query, table: str, source_name: str) -> tuple:
         "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.ord", (oid,))]
     deferrable = any(r[0] for r in query(
         "SELECT condeferrable FROM pg_constraint WHERE conrelid = %s AND contype = 'p'", (oid,)))
+    # a stored generated column is in no pgoutput v1 message: not carried at all (neither by
+    # the log nor by a dump), so the target never holds a value the log cannot keep current
+    generated = [r[0] for r in cols if r[8]]
+    if set(generated) & set(key):
+        raise SourceSetupError(f"{table}: the primary key holds the generated column(s) {generated}, which "
+                               "the log (pgoutput) does not carry: the table cannot be captured")
+    cols = [r for r in cols if not r[8]]
     columns, native, defaults = [], {}, {}
     # a column's identity: a renamed column keeps its attnum (engine/schema_evolution.py)
     attnums = {r[0]: int(r[-1]) for r in cols}
-    for (cname, tname, formatted, notnull, category, base_oid, att_oid, builtin, generated, default, typmod,
+    for (cname, tname, formatted, notnull, category, base_oid, att_oid, builtin, _, default, typmod,
          attnum) in cols:
-        if generated:
-            defaults[cname] = f"GENERATED ALWAYS AS ({default})"
-        elif default is not None and default.upper() != "NULL":
+        if default is not None and default.upper() != "NULL":
             defaults[cname] = default
         try:
             logical = logical_type(tname, category, formatted, bool(builtin))
@@ -87,3 +93,40 @@ def catalog_identity(query: Query, table: str) -> tuple[int | None, dict[str, in
     if not rows:
         return None, {}
     return int(rows[0][0]), {r[1]: int(r[2]) for r in rows if r[1] is not None}
+
+
+def key_deferrable_now(query: Query, table: str) -> tuple[bool, str]:
+    """(whether the table's primary key is DEFERRABLE in the catalog now, the WAL's end read
+    after it in the same statement: every change the catalog shows committed before it)."""
+    rows = query("SELECT coalesce(bool_or(k.condeferrable), false), pg_current_wal_lsn()::text "
+                 "FROM (SELECT 1) AS one LEFT JOIN pg_constraint k ON k.conrelid = to_regclass(%s) "
+                 "AND k.contype = 'p'", (quote_table(table),))
+    return bool(rows[0][0]), str(rows[0][1])
+
+
+def partition_roots(query: Query, tables) -> dict[str, list[str]]:
+    """{an ancestor of captured partitions: those partitions}: a publication with
+    publish_via_partition_root sends their changes as that ancestor's."""
+    out: dict[str, list[str]] = {}
+    for table in tables:
+        rows = query("SELECT n.nspname || '.' || c.relname FROM pg_partition_ancestors(to_regclass(%s)) AS a "
+                     "JOIN pg_class c ON c.oid = a.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
+                     "WHERE a.relid <> to_regclass(%s)", (quote_table(table), quote_table(table)))
+        for (root,) in rows:
+            out.setdefault(root, []).append(table)
+    return out
+
+
+# the captured tables' shapes (and their oids), as one JSON text: what a watermark carries
+# into the log (watermarks.py), compared by the tail with the shapes it reads (log_marks.py)
+SHAPES_SQL = (
+    "SELECT coalesce(json_object_agg(n.nspname || '.' || c.relname, json_build_object("
+    "'oid', c.oid::bigint, 'cols', (SELECT json_agg(json_build_array(a.attname, a.atttypid::bigint, a.atttypmod, a.attnum, "
+    "a.attnotnull) ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 "
+    "AND NOT a.attisdropped AND a.attgenerated = ''), "
+    "'key', (SELECT json_agg(a.attname ORDER BY k.ord) FROM pg_index i "
+    "CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) "
+    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+    "WHERE i.indrelid = c.oid AND i.indisprimary))), '{}')::text "
+    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relkind = 'r' AND (n.nspname || '.' || c.relname) = ANY(%s)")

@@ -51,8 +51,9 @@ from ...positions import Position
 from ...schema import TableSchema
 from ..base import LogItem, RowChange, SchemaChange, TableBroken, TableTruncated, TxnEnd, WatermarkSeen
 from .column_types import NativeColumn, text_converter
+from .log_marks import LogMarks
 from .lsn import int_to_lsn
-from .pgoutput_messages import (Begin, Commit, Delete, Insert, Relation, StreamAbort, StreamCommit,
+from .pgoutput_messages import (Begin, Commit, Delete, Insert, Message, Relation, StreamAbort, StreamCommit,
                                 StreamStart, StreamStop, Truncate, Update)
 from .row_images import key_getter, keyed, old_new, row_values, tuple_text
 
@@ -79,7 +80,7 @@ def check_relation(rel: Relation, schema: TableSchema, native: dict[str, NativeC
             "(`dblog reset` of the source if the tail cannot go on)")
 
 
-class TransactionAssembler:
+class TransactionAssembler(LogMarks):
     """The open transaction of the stream, fed one decoded message at a time."""
 
     def __init__(self, schemas: dict[str, TableSchema], natives: dict[str, dict[str, NativeColumn]],
@@ -109,6 +110,7 @@ class TransactionAssembler:
         self.held: list[Event] = []
         self.touched: set = set()
         self.shared = False
+        self._marks_init()   # log_marks.py: deferrability, partition roots, watermark shapes
 
     def change(self, m: Insert | Update | Delete) -> WatermarkSeen | None:
         """An Insert, Update or Delete: its row changes join the transaction; a
@@ -206,8 +208,11 @@ class TransactionAssembler:
             self.unreadable.discard(table)
             convs = [text_converter(native[c.name]) for c in m.columns]
             self.relations[m.oid] = (table, schema, m, convs, key_getter(schema))
+            yield from self.deferrability(table)
         elif table == self.watermark_table:
             self.relations[m.oid] = (table, None, m, [], None)
+        elif table in self.roots:
+            yield from self.root_relation(table)
 
     # -- a table or column re-created under the same name (its identity: oid, attnum) --------
     def _pos(self) -> Position:
@@ -344,11 +349,14 @@ class TransactionAssembler:
         self.seq += 1
 
     def other(self, m) -> Iterator[LogItem]:
-        """Begin, Relation, Truncate; a streamed transaction is refused; Origin, Type and
-        Message hold nothing to capture."""
+        """Begin, Relation, Truncate, a watermark's Message; a streamed transaction is
+        refused; Origin, Type and other Messages hold nothing to capture."""
         cls = m.__class__
         if cls is Begin:
             self.begin(m)
+            yield from self.at_begin()
+        elif cls is Message:
+            yield from self.shapes(m)
         elif cls is Relation:
             yield from self.relation(m)
         elif cls is Truncate:

@@ -18,6 +18,7 @@ from psycopg2 import sql
 
 from ...errors import SourceSetupError
 from ..base import Problem
+from .catalog import partition_roots
 from .lsn import int_to_lsn, lsn_to_int
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class SlotAndPublication:
     # -- publication and slot ----------------------------------------------------
     def _publication(self) -> tuple | None:
         rows = self.source._query(
-            "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication "
+            "SELECT puballtables, pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot FROM pg_publication "
             "WHERE pubname = %s", (self.publication,))
         return rows[0] if rows else None
 
@@ -59,6 +60,18 @@ class SlotAndPublication:
             "SELECT schemaname, tablename, attnames, rowfilter FROM pg_publication_tables "
             "WHERE pubname = %s", (self.publication,))
         return {f"{s}.{t}": (tuple(a or ()), f) for s, t, a, f in rows}
+
+    def _via_root_problems(self, pub: tuple, published: dict) -> list[Problem]:
+        """publish_via_partition_root with an ancestor of a captured partition published: the
+        partition's changes would come as the ancestor's, which the tail does not capture."""
+        if not pub[5]:
+            return []
+        roots = partition_roots(self.source._query, [t for t in self.source.tables])
+        return [Problem(f"publication {self.publication} has publish_via_partition_root = true and publishes "
+                        f"{root}: the changes of its partition(s) {', '.join(parts)} would come as {root}'s, "
+                        "and the captured partitions would get none",
+                        f"ALTER PUBLICATION {self.publication} SET (publish_via_partition_root = false)", parts[0])
+                for root, parts in roots.items() if pub[0] or root in published]
 
     def _slot(self) -> tuple | None:
         rows = self.source._query(
@@ -78,6 +91,7 @@ class SlotAndPublication:
                     f"ALTER PUBLICATION {self.publication} SET (publish = "
                     "'insert, update, delete, truncate')"))
             published = self._published()
+            out += self._via_root_problems(pub, published)
             for table in self.captured:
                 if table not in published:
                     continue   # prepare() adds it
@@ -89,7 +103,7 @@ class SlotAndPublication:
                         f"ALTER PUBLICATION {self.publication} SET TABLE ... without a WHERE", table))
                 if table in self.source.tables:
                     want = self.source.table_schema(table).column_names
-                    if set(cols) != set(want):
+                    if set(want) - set(cols):   # (a generated column is not captured)
                         out.append(Problem(
                             f"publication {self.publication} publishes only the columns "
                             f"{list(cols)} of {table}", "publish every column (no column list)",

@@ -30,7 +30,7 @@ from ...schema import TableSchema
 from ...values import pg_options, pg_set_statements
 from ..base import ChunkPlan, LogItem
 from ..sql_source import SELECT_BATCH, SqlSource, raw_key_alias
-from .catalog import catalog_identity, load_table
+from .catalog import catalog_identity, key_deferrable_now, load_table, partition_roots
 from .checks import SetupChecks
 from .column_types import NativeColumn, needs_expr, select_expr, text_converter, text_parsed, to_logical
 from .lsn import lsn_to_int
@@ -144,6 +144,19 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         self._defaults[table] = dict(extra.get("defaults") or {})
         self._attnums[table] = dict(extra.get("attnums") or {})
         self._oid[table] = int(extra.get("oid") or 0)
+
+    def key_deferrable_now(self, table: str) -> tuple[bool, str]:
+        """(whether the catalog has the table's key DEFERRABLE now, the WAL's end after that read)."""
+        return key_deferrable_now(self._query, table)
+
+    def set_key_deferrable(self, table: str, deferrable: bool) -> None:
+        """The log reader learned the key's deferrability (stream's log_marks.py): the next
+        version recorded (``describe_table``) says so."""
+        self.table_schema(table)
+        self._deferrable[table] = deferrable
+
+    def partition_roots(self) -> dict[str, list[str]]:
+        return partition_roots(self._query, self.tables)
 
     def table_oid(self, table: str) -> int:
         """The table's pg_class oid as last read or adopted (0: a version that did not record it)."""

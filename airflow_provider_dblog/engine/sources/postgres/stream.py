@@ -78,9 +78,11 @@ class LogStream:
         last_end = start_lsn   # the highest TxnEnd position given so far
         tick = 0               # messages until the next stop test and feedback look
         try:
+            options = {"proto_version": "1", "publication_names": slot.publication}
+            if conn.server_version >= 140000:   # the watermarks' shapes (log_marks.py)
+                options["messages"] = "true"
             cur.start_replication(slot_name=slot.slot_name, decode=False, start_lsn=int(start_lsn),
-                                  options={"proto_version": "1",
-                                           "publication_names": slot.publication})
+                                  options=options)
             while True:
                 # the stop test and the feedback clock: after every commit and idle spell,
                 # and every CHECK_EVERY messages inside a long transaction (not per message:

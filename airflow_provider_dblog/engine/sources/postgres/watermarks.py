@@ -1,6 +1,7 @@
 """The watermark table of a PostgreSQL source and the writes of its watermarks: each
-one a single-row UPDATE in its own autocommit transaction, returning only once every
-transaction already in the log is visible to new snapshots (``_await_logged_commits``).
+one a single-row UPDATE in its own transaction (with a logical message of the captured
+tables' shapes before it), returning only once every transaction already in the log is
+visible to new snapshots (``_await_logged_commits``).
 
 Nothing here imports Airflow.
 """
@@ -8,10 +9,14 @@ from __future__ import annotations
 
 import time
 
+import psycopg2
+import psycopg2.errors
 from psycopg2 import sql
 
 from ...errors import WatermarkError
 from ..sql_source import WATERMARK_TABLE
+from .catalog import SHAPES_SQL
+from .log_marks import SHAPES_PREFIX
 from .sql import table_ident, table_stmt
 
 
@@ -33,20 +38,53 @@ class WatermarkWrites:
                     .format(wm), fetch=False)
 
     def write_watermark(self, value: str) -> None:
-        """One single-row UPDATE, alone in its own autocommit transaction."""
+        """One single-row UPDATE, the only row change of its transaction, which also carries
+        the captured tables' shapes into the log (``_with_shapes``)."""
         if not isinstance(value, str) or not value or len(value) > 36:
             raise ValueError(f"a watermark is a UUID string of at most 36 characters, not {value!r}")
         query = table_stmt("UPDATE ", self.watermark_table, " SET value = %s, updated_at = now() WHERE id = 1")
         with self._wm_lock:
             self._wm_conn = self._alive(self._wm_conn)
             with self._wm_conn.cursor() as cur:
-                cur.execute(query, (value,))
-                n = cur.rowcount
+                n = self._with_shapes(cur, query, value)
+                if n is None:   # the shapes could not be had: the watermark alone
+                    cur.execute(query, (value,))
+                    n = cur.rowcount
                 if n == 1:
                     self._await_logged_commits(cur)
         if n != 1:
             raise WatermarkError(f"watermark row of {self.watermark_table} is missing "
                                  "(run ensure_watermark_table)")
+
+    def _with_shapes(self, cur, query, value: str) -> int | None:
+        """The watermark written after a logical message of the captured tables' shapes, in
+        one transaction that holds them locked against ALTER (ACCESS SHARE, as a select):
+        the shapes are the tables' at the watermark's point of the log. A table that ALTERed
+        with no row written since has no Relation message there yet; the tail learns its
+        shape from this (log_marks.py), so a chunk is in the log's shape at its HW. None:
+        not written (a lock not had in time, a table gone meanwhile)."""
+        cur.execute("BEGIN")
+        try:
+            cur.execute("SET LOCAL lock_timeout = '50ms'")   # never hold up an ALTER, or those behind it, longer
+            cur.execute("SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n "
+                        "ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND (n.nspname || '.' || c.relname) = ANY(%s)",
+                        (list(self.tables),))
+            present = [r[0] for r in cur.fetchall()]
+            if present:
+                cur.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+                    sql.SQL(", ").join(table_ident(t) for t in present)))
+            cur.execute(f"SELECT pg_logical_emit_message(true, %s, ({SHAPES_SQL}))", (SHAPES_PREFIX, present))
+            cur.execute(query, (value,))
+            n = cur.rowcount
+            cur.execute("COMMIT")
+            return n
+        except psycopg2.Error as e:
+            if cur.connection.closed:
+                raise
+            cur.execute("ROLLBACK")
+            if isinstance(e, psycopg2.OperationalError) and not isinstance(e, psycopg2.errors.LockNotAvailable):
+                raise
+            return None
 
     visible_timeout_s = 120.0   # how long a logged commit may stay invisible (see below)
 

@@ -1,0 +1,106 @@
+"""What the pgoutput stream does not say by itself, learned where it is exact (issue 27's
+review items); a mixin of changes.py's TransactionAssembler.
+
+- A primary key made DEFERRABLE (PostgreSQL drops and adds the key again: the Relation
+  message is sent again, the same): at each captured table's Relation the catalog is read.
+  Deferrable: its changes are held and netted from there (the ALTER committed before this
+  change did). Not deferrable any more: the catalog is past some point of the log, so the
+  table stays held until the transactions that commit after the catalog read (its WAL end,
+  read in the same statement). Each switch is a SchemaChange: the version records it.
+- A Relation of an ancestor of captured partitions: the publication publishes them via the
+  root (publish_via_partition_root), their changes come as the root's: they break there.
+- A watermark's logical message (watermarks.py) carries the captured tables' shapes at its
+  position (the tables locked against ALTER meanwhile): a shape that differs from the one
+  read (an ALTER with no row written since: no Relation yet) and equals the catalog's is a
+  SchemaChange there, so a chunk selected after it is in the log's shape at its HW.
+
+Nothing here imports Airflow.
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+from ..base import LogItem, SchemaChange, TableBroken
+from .lsn import lsn_to_int
+from .pgoutput_messages import Message
+
+SHAPES_PREFIX = "dblog-shapes"
+
+
+def same_shape(carried: dict, schema, native) -> bool:
+    """The shape a watermark carried (catalog.SHAPES_SQL) is the one read; a field a
+    version did not record (0 / None) is not compared."""
+    cols = carried.get("cols") or []
+    if [c[0] for c in cols] != list(schema.column_names) or (carried.get("key") or []) != list(schema.key):
+        return False
+    for name, typid, typmod, attnum, notnull in cols:
+        n = native[name]
+        if ((n.att_type_oid and n.att_type_oid != typid) or (n.typmod is not None and n.typmod != typmod)
+                or (n.attnum and n.attnum != attnum) or schema.column(name).nullable == bool(notnull)):
+            return False
+    return True
+
+
+class LogMarks:
+    """The assembler's catalog-backed checks (self: a TransactionAssembler)."""
+
+    def _marks_init(self) -> None:
+        self.deferrable = set(self.deferrable)
+        self.undefer: dict[str, int] = {}   # table -> the commit LSN from which it is not held
+        self.roots = self.catalog.partition_roots() if self.catalog is not None else {}
+        self.via_root: set[str] = set()     # partitions broken by a Relation of their root
+
+    def deferrability(self, table: str) -> Iterator[LogItem]:
+        """At a captured table's Relation: its key's deferrability as the catalog says."""
+        if self.catalog is None:
+            return
+        now, lsn = self.catalog.key_deferrable_now(table)
+        if now:
+            self.undefer.pop(table, None)
+            if table not in self.deferrable:
+                self.deferrable.add(table)
+                self.catalog.set_key_deferrable(table, True)
+                yield SchemaChange(table, self._pos())
+        elif table in self.deferrable and table not in self.undefer:
+            self.undefer[table] = lsn_to_int(lsn)
+
+    def at_begin(self) -> Iterator[LogItem]:
+        """A transaction committed after the catalog said a key is not deferrable any more."""
+        for table, lsn in list(self.undefer.items()):
+            if self.commit_lsn >= lsn:
+                del self.undefer[table]
+                self.deferrable.discard(table)
+                self.catalog.set_key_deferrable(table, False)
+                yield SchemaChange(table, self._pos())
+
+    def root_relation(self, root: str) -> Iterator[LogItem]:
+        for part in self.roots.get(root, ()):
+            if part in self.via_root:
+                continue
+            self.via_root.add(part)
+            yield from self._flush_table(part)
+            yield TableBroken(part, self._pos(), (
+                f"the publication sends the changes of {part} as its partitioned table {root}'s "
+                f"(publish_via_partition_root = true) from {self._pos()}: they are not captured. Fix: ALTER "
+                "PUBLICATION <publication> SET (publish_via_partition_root = false), then re-dump the table"))
+
+    def shapes(self, m: Message) -> Iterator[LogItem]:
+        """A watermark's shapes: a table whose shape differs from the one read, and whose
+        catalog is that shape still, changed at this point of the log."""
+        if m.prefix != SHAPES_PREFIX or not m.flags & 1 or self.catalog is None:
+            return
+        for table, carried in json.loads(m.content.decode("utf-8")).items():
+            if (table not in self.schemas or table in self.unreadable
+                    or self.oids.get(table) not in (0, None, carried.get("oid"))
+                    or same_shape(carried, self.schemas[table], self.natives[table])):
+                continue
+            before = self.catalog.describe_table(table)
+            schema, native = self.refresh(table)
+            if not same_shape(carried, schema, native):   # changed again since: the next watermark tells
+                self.catalog.adopt_table(table, before)
+                continue
+            yield from self._flush_table(table)
+            self.schemas[table], self.natives[table] = schema, native
+            yield SchemaChange(table, self._pos())
+            self.seq += 1
