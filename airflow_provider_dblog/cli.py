@@ -67,7 +67,7 @@ def check_spark(cfg: Config) -> dict | None:
 def cmd_tail(cfg: Config, args) -> int:
     src_cfg, state, store = _parts(cfg, args.source)
     source = open_source(src_cfg)
-    source.check_or_raise()
+    source.check_or_raise(captured=store.captured_tables(source.tables))
     tail = Tail(source, state, store, cfg.tail, dump=cfg.dump)
     stopping = {"now": False}
 

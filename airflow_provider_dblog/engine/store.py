@@ -130,6 +130,11 @@ class EventStore:
         self.fs.move(tmp, path)
         return path
 
+    def captured_tables(self, tables) -> set[str]:
+        """Those of ``tables`` the tail has recorded a schema version of (it reads them)."""
+        return {t for t in tables if any(info.base_name.startswith(SCHEMA_PREFIX)
+                                         for info in self._files(self.table_dir(t)))}
+
     def schema_versions(self, table: str) -> list[tuple[Position, dict]]:
         """The table's schema versions, in position order."""
         out = []

@@ -67,6 +67,10 @@ class TableShapes:
         try:
             self.source.refresh_schema(t)   # the catalog's, not a shape adopted by an earlier session
         except UnknownTableError:
+            # renamed away or dropped while the tail was stopped: no Relation may ever say so
+            quarantine_table(self.state, t, checkpoint, f"{t} was not in the catalog when the tail started at "
+                                                        f"{checkpoint} (renamed away or dropped while it was "
+                                                        "stopped)")
             return version
         now = as_stored(self.source.describe_table(t))
         if _oid(now) in (None, 0, was):

@@ -108,7 +108,7 @@ class DBLogTailOperator(DBLogHookMixin, BaseOperator):
         self._stopping = False
         source = hook.source(name)
         try:
-            source.check_or_raise()
+            source.check_or_raise(captured=hook.store(name).captured_tables(source.tables))
             tail = Tail(source, state, hook.store(name), hook.config.tail, owner=self.lease_owner(context),
                         dump=hook.config.dump)
             self.log.info("tailing source %s for at most %s s / %s events", name, max_seconds, max_events)

@@ -8,8 +8,9 @@ range in its dialect), ``to_logical`` (native value -> logical type) and ``needs
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import pyarrow as pa
 
@@ -19,6 +20,8 @@ from ..errors import (NoPrimaryKeyError, SchemaChangedError, SourceSetupError, U
 from ..schema import TableSchema
 from ..arrow_values import column_from_text, from_arrow, to_arrow
 from .base import ChunkPlan, Problem
+
+log = logging.getLogger(__name__)
 
 WATERMARK_TABLE = "watermark"
 SELECT_BATCH = 500  # keys per select_keys statement
@@ -154,8 +157,16 @@ class SqlSource:
         """Why the log can no longer be read from ``resume`` (a checkpoint's), or None."""
         return None
 
-    def check_or_raise(self) -> None:
+    def check_or_raise(self, captured: Collection[str] = ()) -> None:
+        """SourceSetupError naming every problem of the source; a problem of a table in
+        ``captured`` (one the tail already reads: it has a schema version) is only logged,
+        since one table's trouble stops only that table (the reader quarantines it where
+        the log shows it)."""
         problems = self.check()
+        for p in problems:
+            if p.table and p.table in captured:
+                log.warning("source %s: %s (the table is captured already: only it stops)", self.name, p)
+        problems = [p for p in problems if not (p.table and p.table in captured)]
         if problems:
             raise SourceSetupError(f"source {self.name!r} is not ready for CDC:\n"
                                    + "\n".join(f"- {p}" for p in problems))

@@ -102,6 +102,7 @@ class TransactionAssembler(LogMarks):
         # relation oid -> (captured table, its schema, Relation, column converters, key getter)
         self.relations: dict[int, tuple] = {}
         self.unreadable: set[str] = set()   # tables whose Relation matches no shape read: skipped
+        self.identity_broken: set[str] = set()   # tables whose REPLICA IDENTITY is not FULL: skipped
         self.in_txn = False
         self.commit_lsn = self.seq = self.ts = 0
         # the open transaction's row changes not yet given out; those of tables with a
@@ -205,7 +206,11 @@ class TransactionAssembler(LogMarks):
                     return
                 schema, native = self.schemas[table], self.natives[table]
             check_relation(m, schema, native)
+            if m.replica_identity != "f":   # its UPDATEs and DELETEs lack the old row: only it stops
+                yield from self._identity_not_full(table, m)
+                return
             self.unreadable.discard(table)
+            self.identity_broken.discard(table)
             convs = [text_converter(native[c.name]) for c in m.columns]
             self.relations[m.oid] = (table, schema, m, convs, key_getter(schema))
             yield from self.deferrability(table)
@@ -330,6 +335,20 @@ class TransactionAssembler(LogMarks):
         if not problem:
             self.unreadable.discard(table)
         yield SchemaChange(table, Position(0, self.commit_lsn, self.seq))
+
+    def _identity_not_full(self, table: str, m: Relation) -> Iterator[LogItem]:
+        """A captured table whose REPLICA IDENTITY is no longer FULL: its changes are skipped
+        from here (the table breaks once) until a Relation shows FULL again; a re-dump then
+        releases it."""
+        self.relations[m.oid] = (table, None, m, [], None)
+        if table in self.identity_broken:
+            return
+        self.identity_broken.add(table)
+        ident = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}.get(m.replica_identity, m.replica_identity)
+        yield TableBroken(table, Position(0, self.commit_lsn, self.seq),
+                          f"{table}'s REPLICA IDENTITY is now {ident}, not FULL: its UPDATEs and DELETEs no longer "
+                          f"carry the old row, so its changes are skipped from here. ALTER TABLE {table} REPLICA "
+                          "IDENTITY FULL, then re-dump the table")
 
     def truncate(self, m: Truncate) -> Iterator[LogItem]:
         """A TRUNCATE of captured tables: each is emptied at this point of the transaction.

@@ -16,7 +16,7 @@ import time
 
 from psycopg2 import sql
 
-from ...errors import SourceSetupError
+from ...errors import SourceSetupError, UnknownTableError
 from ..base import Problem
 from .catalog import partition_roots
 from .lsn import int_to_lsn, lsn_to_int
@@ -133,8 +133,18 @@ class SlotAndPublication:
         first checkpoint: the slot must exist before the position the tail starts at."""
         src = self.source
         src.ensure_watermark_table()
+        first = self._slot() is None
+        present = []
         for table in src.tables:
-            src.table_schema(table)   # unknown tables / no primary key: fail here
+            try:
+                src.table_schema(table)   # unknown tables / no primary key: fail here
+                present.append(table)
+            except UnknownTableError:
+                if first:
+                    raise
+                # captured already (the slot exists): gone since, only it stops (the tail
+                # quarantines it, engine/tail_shapes.py)
+                log.warning("%s is not in the catalog of source %s: only it stops", table, src.name)
         pub = self._publication()
         if pub is None:
             src._query(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
@@ -143,7 +153,7 @@ class SlotAndPublication:
                 fetch=False)
             log.info("created publication %s for %s", self.publication, ", ".join(self.captured))
         elif not pub[0]:
-            self.publish(self.captured)
+            self.publish([t for t in self.captured if t in present or t == src.watermark_table])
         if self._slot() is None:
             src._query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot_name,))
             log.info("created logical replication slot %s (pgoutput)", self.slot_name)
