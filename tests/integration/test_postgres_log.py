@@ -371,9 +371,10 @@ def test_prepare_creates_and_checks_slot_and_publication(db):
     assert wider.check() == []
     # what the engine cannot fix is reported by check() and stops prepare_log()
     run(conn, f"ALTER PUBLICATION {pub} SET (publish = 'insert, update')")
-    run(conn, f"ALTER PUBLICATION {pub} SET TABLE app.t WHERE (id > 10), app.u, dblog.watermark")
+    run(conn, f"ALTER PUBLICATION {pub} SET TABLE app.t WHERE (id > 10), app.u (id), dblog.watermark")
     whats = " | ".join(p.what for p in wider.check())
     assert "does not publish delete, truncate" in whats and "filters the rows of app.t" in whats
+    assert "publishes only the columns ['id'] of app.u (a column list)" in whats
     with pytest.raises(SourceSetupError, match="does not publish"):
         wider.prepare_log()
     taken = make(pg_db, ["app.t"], slot=unique("other"))

@@ -156,8 +156,13 @@ class MySQLSource(SqlSource):
             return False, (f"its default {default} is not a constant" if default is not None
                            else "it is NOT NULL without a default (existing rows hold an implicit value)")
         native, q = self.native_columns(table)[column], quote_ident(column)
-        rows = self._query(f"SELECT {select_expr(native)} FROM (SELECT DEFAULT({q}) AS {q} "
-                           f"FROM {quote_table(table)} LIMIT 1) AS d")
+        try:
+            rows = self._query(f"SELECT {select_expr(native)} FROM (SELECT DEFAULT({q}) AS {q} "
+                               f"FROM {quote_table(table)} LIMIT 1) AS d")
+        except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as e:
+            if e.args and e.args[0] in (1054, 1146):   # the column or table is gone since (the tail is behind)
+                return False, f"the server cannot say any more: {e.args[1]}"
+            raise
         return True, to_logical(native, rows[0][0]) if rows else None
 
     def transactional(self, table: str) -> bool:

@@ -44,7 +44,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from ...errors import DBLogError, SchemaChangedError
+import psycopg2.errors
+
+from ...errors import DBLogError, SchemaChangedError, UnknownTableError
 from ...events import INSERT, Event
 from ...netting import needs_netting, net_changes
 from ...positions import Position
@@ -282,8 +284,11 @@ class TransactionAssembler(LogMarks):
         are skipped from here (they are not the table's)."""
         old = self.oids.get(table)
         yield from self._flush_table(table)
-        self.catalog.publish(table)
-        self.schemas[table], self.natives[table] = self.refresh(table)
+        try:
+            self.catalog.publish(table)
+            self.schemas[table], self.natives[table] = self.refresh(table)
+        except (UnknownTableError, psycopg2.errors.UndefinedTable):   # dropped again meanwhile: a later check
+            return
         self.oids[table] = self.catalog.table_oid(table)
         for oid, entry in list(self.relations.items()):
             if entry[0] == table and oid != self.oids[table]:
@@ -321,7 +326,15 @@ class TransactionAssembler(LogMarks):
         for e in out:
             yield RowChange(e)
         old = self.schemas[table], self.natives[table]
-        self.schemas[table], self.natives[table] = self.refresh(table)
+        try:
+            self.schemas[table], self.natives[table] = self.refresh(table)
+        except UnknownTableError as e:   # dropped or renamed since this point: the catalog is past it
+            if table not in self.unreadable:
+                self.unreadable.add(table)
+                yield TableBroken(table, Position(0, self.commit_lsn, self.seq),
+                                  f"{table} changed here and is gone from the catalog since ({e}); its changes "
+                                  "are skipped until it is there again")
+            return
         if self.catalog is not None:   # a new oid is recorded with the version (re-created: quarantined)
             self.oids[table] = self.catalog.table_oid(table)
         problem = relation_problem(m, self.schemas[table], self.natives[table])

@@ -91,8 +91,12 @@ class LogMarks:
         if m.prefix != SHAPES_PREFIX or not m.flags & 1 or self.catalog is None:
             return
         for table, carried in json.loads(m.content.decode("utf-8")).items():
+            if table in self.schemas and self.oids.get(table) not in (0, None, carried.get("oid")):
+                # another table under the name (dropped or renamed away, and created again):
+                # it is not published yet, so no Relation would ever say so
+                yield from self.catalog_check([table], self._pos())
+                continue
             if (table not in self.schemas or table in self.unreadable
-                    or self.oids.get(table) not in (0, None, carried.get("oid"))
                     or same_shape(carried, self.schemas[table], self.natives[table])):
                 continue
             before = self.catalog.describe_table(table)

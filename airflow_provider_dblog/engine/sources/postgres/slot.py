@@ -61,6 +61,16 @@ class SlotAndPublication:
             "WHERE pubname = %s", (self.publication,))
         return {f"{s}.{t}": (tuple(a or ()), f) for s, t, a, f in rows}
 
+    def _column_listed(self) -> set[str]:
+        """The tables the publication publishes with a column list (pg_publication_rel.prattrs,
+        PostgreSQL 15; NULL: every column, also those added later)."""
+        rows = self.source._query(
+            "SELECT n.nspname || '.' || c.relname FROM pg_publication_rel pr "
+            "JOIN pg_publication p ON p.oid = pr.prpubid JOIN pg_class c ON c.oid = pr.prrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s AND pr.prattrs IS NOT NULL",
+            (self.publication,))
+        return {r[0] for r in rows}
+
     def _via_root_problems(self, pub: tuple, published: dict) -> list[Problem]:
         """publish_via_partition_root with an ancestor of a captured partition published: the
         partition's changes would come as the ancestor's, which the tail does not capture."""
@@ -91,6 +101,7 @@ class SlotAndPublication:
                     f"ALTER PUBLICATION {self.publication} SET (publish = "
                     "'insert, update, delete, truncate')"))
             published = self._published()
+            listed = self._column_listed()
             out += self._via_root_problems(pub, published)
             for table in self.captured:
                 if table not in published:
@@ -101,13 +112,10 @@ class SlotAndPublication:
                         f"publication {self.publication} filters the rows of {table} "
                         f"(WHERE {rowfilter}): changes would be lost",
                         f"ALTER PUBLICATION {self.publication} SET TABLE ... without a WHERE", table))
-                if table in self.source.tables:
-                    want = self.source.table_schema(table).column_names
-                    if set(want) - set(cols):   # (a generated column is not captured)
-                        out.append(Problem(
-                            f"publication {self.publication} publishes only the columns "
-                            f"{list(cols)} of {table}", "publish every column (no column list)",
-                            table))
+                if table in listed:   # a column list: a column left out (or added later) is lost
+                    out.append(Problem(
+                        f"publication {self.publication} publishes only the columns {list(cols)} of {table} "
+                        "(a column list)", "publish every column (no column list)", table))
         slot = self._slot()
         if slot is not None:
             plugin, kind, database, _, _ = slot
