@@ -42,6 +42,7 @@ import yaml
 from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.config import load_config
 from airflow_provider_dblog.engine.dump import DumpRunner
+from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.sources import open_source
 from airflow_provider_dblog.engine.state import RedisState
@@ -229,24 +230,6 @@ SOURCES = {"mariadb": MariaSrc, "postgres": PgSrc}
 
 # -- the CDC set-up of one sequence (as tests/integration/conftest.py's CDC) -------------------
 
-class ChunkReader:
-    """The dump's chunk SELECT in this process (Spark's JDBC reader runs the same SELECT over
-    ``jdbc_table`` with the same predicates): no JVM."""
-
-    def __init__(self, source):
-        self.source = source
-
-    def read(self, table, predicates, dest_uri):
-        src = self.source
-        q = (lambda c: f"`{c}`") if src.config.kind == "mysql" else (lambda c: f'"{c}"')
-        cols = {c: [] for c in table.column_names}
-        names = ", ".join(q(c) for c in table.column_names)
-        for pred in predicates:
-            sql = f"SELECT {names} FROM {src.jdbc_table(table)} WHERE {pred}".replace("%", "%%")
-            src._append_rows(table, cols, src._query(sql, []))
-        return src._arrow(table, cols)
-
-
 class Rig:
     def __init__(self, sdb, tables: list[str], workdir: Path):
         self.sdb, self.tables = sdb, tables
@@ -326,7 +309,7 @@ class Rig:
         """A full dump of ``table``, run here (the tail must run to close its windows)."""
         source = open_source(self.src_cfg)
         try:
-            runner = DumpRunner(source, self.state, self.store, ChunkReader(source), self.cfg.dump)
+            runner = DumpRunner(source, self.state, self.store, LocalChunkReader(source), self.cfg.dump)
             rid = runner.submit(DumpSpec("table", [self.qualified(table)]))
             runner.run(rid)
             return self.state.request(rid)["status"]

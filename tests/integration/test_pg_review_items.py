@@ -17,6 +17,7 @@ import pytest
 
 from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.dump import DumpRunner
+from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
 from airflow_provider_dblog.engine.errors import SourceSetupError
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.sources.postgres.changes import STREAM_TXN_AFTER
@@ -41,25 +42,9 @@ def _equal(cdc, *tables: str) -> None:
         assert diff.equal, (t, diff.describe())
 
 
-class _Reader:
-    """The chunk select in this process (Spark's JDBC reader runs the same SELECT)."""
-
-    def __init__(self, source):
-        self.source = source
-
-    def read(self, table, predicates, dest_uri):
-        src = self.source
-        cols = {c: [] for c in table.column_names}
-        names = ", ".join(f'"{c}"' for c in table.column_names)
-        for pred in predicates:
-            rows = src._query(f"SELECT {names} FROM {src.jdbc_table(table)} WHERE {pred}".replace("%", "%%"))
-            src._append_rows(table, cols, rows)
-        return src._arrow(table, cols)
-
-
 def _dump(cdc, table: str) -> None:
     rid = cdc.request(DumpSpec("table", [f"{cdc.db}.{table}"]))
-    DumpRunner(cdc.source, cdc.state, cdc.store, _Reader(cdc.source), cdc.cfg.dump).run(rid)
+    DumpRunner(cdc.source, cdc.state, cdc.store, LocalChunkReader(cdc.source), cdc.cfg.dump).run(rid)
     assert cdc.state.request(rid)["status"] == "done", cdc.state.request(rid)
     cdc.drain()
 

@@ -95,6 +95,15 @@ def catalog_identity(query: Query, table: str) -> tuple[int | None, dict[str, in
     return int(rows[0][0]), {r[1]: int(r[2]) for r in rows if r[1] is not None}
 
 
+def catalog_oids(query: Query, tables) -> dict[str, int]:
+    """{schema.table: the oid the name has now} of those of ``tables`` that exist: one
+    query for all (the tail asks every few seconds)."""
+    rows = query("SELECT n.nspname || '.' || c.relname, c.oid FROM pg_class c JOIN pg_namespace n "
+                 "ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND (n.nspname || '.' || c.relname) = ANY(%s)",
+                 (list(tables),))
+    return {r[0]: int(r[1]) for r in rows}
+
+
 def key_deferrable_now(query: Query, table: str) -> tuple[bool, str]:
     """(whether the table's primary key is DEFERRABLE in the catalog now, the WAL's end read
     after it in the same statement: every change the catalog shows committed before it)."""

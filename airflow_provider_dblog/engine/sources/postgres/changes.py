@@ -305,12 +305,11 @@ class TransactionAssembler(LogMarks):
         published)."""
         if self.catalog is None:
             return
-        for table in tables:
-            expected = self.oids.get(table)
-            if not expected:
-                continue
-            now, _ = self.catalog.catalog_identity(table)
-            if now is not None and now != expected:
+        watched = [t for t in tables if self.oids.get(t)]
+        oids = self.catalog.catalog_oids(watched) if watched else {}
+        for table in watched:
+            now = oids.get(table)
+            if now is not None and now != self.oids.get(table):
                 yield from self._recreated(table, pos)
 
     def _schema_change(self, table: str, m: Relation) -> Iterator[LogItem]:

@@ -30,7 +30,7 @@ from ...schema import TableSchema
 from ...values import pg_options, pg_set_statements
 from ..base import ChunkPlan, LogItem
 from ..sql_source import SELECT_BATCH, SqlSource, raw_key_alias
-from .catalog import catalog_identity, key_deferrable_now, load_table, partition_roots
+from .catalog import catalog_identity, catalog_oids, key_deferrable_now, load_table, partition_roots
 from .checks import SetupChecks
 from .column_types import NativeColumn, needs_expr, select_expr, text_converter, text_parsed, to_logical
 from .lsn import lsn_to_int
@@ -162,6 +162,10 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         """The table's pg_class oid as last read or adopted (0: a version that did not record it)."""
         self.table_schema(table)
         return self._oid.get(table, 0)
+
+    def catalog_oids(self, tables) -> dict[str, int]:
+        """{table: its oid in the catalog now} of those of ``tables`` that exist."""
+        return catalog_oids(self._query, tables)
 
     def catalog_identity(self, table: str) -> tuple[int | None, dict[str, int]]:
         """(the oid ``table``'s name has in the catalog now, or None; its columns' attnums)."""

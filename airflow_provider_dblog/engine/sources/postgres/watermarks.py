@@ -1,6 +1,6 @@
 """The watermark table of a PostgreSQL source and the writes of its watermarks: each
-one a single-row UPDATE in its own transaction (with a logical message of the captured
-tables' shapes before it), returning only once every transaction already in the log is
+one a single-row UPDATE in its own short transaction (with a logical message of the
+captured tables' shapes before it, no lock taken), returning only once every transaction already in the log is
 visible to new snapshots (``_await_logged_commits``).
 
 Nothing here imports Airflow.
@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 
 import psycopg2
-import psycopg2.errors
 from psycopg2 import sql
 
 from ...errors import WatermarkError
@@ -58,32 +57,27 @@ class WatermarkWrites:
 
     def _with_shapes(self, cur, query, value: str) -> int | None:
         """The watermark written after a logical message of the captured tables' shapes, in
-        one transaction that holds them locked against ALTER (ACCESS SHARE, as a select):
-        the shapes are the tables' at the watermark's point of the log. A table that ALTERed
-        with no row written since has no Relation message there yet; the tail learns its
-        shape from this (log_marks.py), so a chunk is in the log's shape at its HW. None:
-        not written (a lock not had in time, a table gone meanwhile)."""
+        one short transaction (no lock taken: DESIGN invariant 4). A table that ALTERed with
+        no row written since has no Relation message there yet; the tail learns its shape
+        from this (log_marks.py), so a chunk is in the log's shape at its HW. A change
+        committed between the shapes' read and the watermark is not mistaken for the table's
+        shape there: the tail takes a carried shape only when the catalog still has it.
+        None: not written (a table gone meanwhile)."""
         cur.execute("BEGIN")
         try:
-            cur.execute("SET LOCAL lock_timeout = '50ms'")   # never hold up an ALTER, or those behind it, longer
             cur.execute("SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n "
                         "ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND (n.nspname || '.' || c.relname) = ANY(%s)",
                         (list(self.tables),))
             present = [r[0] for r in cur.fetchall()]
-            if present:
-                cur.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
-                    sql.SQL(", ").join(table_ident(t) for t in present)))
             cur.execute(f"SELECT pg_logical_emit_message(true, %s, ({SHAPES_SQL}))", (SHAPES_PREFIX, present))
             cur.execute(query, (value,))
             n = cur.rowcount
             cur.execute("COMMIT")
             return n
-        except psycopg2.Error as e:
+        except psycopg2.Error:
             if cur.connection.closed:
                 raise
             cur.execute("ROLLBACK")
-            if isinstance(e, psycopg2.OperationalError) and not isinstance(e, psycopg2.errors.LockNotAvailable):
-                raise
             return None
 
     visible_timeout_s = 120.0   # how long a logged commit may stay invisible (see below)
