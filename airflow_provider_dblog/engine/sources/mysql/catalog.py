@@ -81,7 +81,10 @@ def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -
                                      charset=str(charset or "").lower(),
                                      zero_as_null=zero_as_null)
         columns.append(Column(cname, logical, nullable == "YES"))
-    schema = TableSchema(db, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
+    try:
+        schema = TableSchema(db, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
+    except ValueError as e:   # its columns and its key read apart while a DDL ran between
+        raise SourceSetupError(f"the shape of {table} could not be read consistently ({e})") from None
     return CatalogTable(schema, native, str(kind[0][1] or "").lower(), defaults)
 
 

@@ -327,12 +327,12 @@ class TransactionAssembler(LogMarks):
         old = self.schemas[table], self.natives[table]
         try:
             self.schemas[table], self.natives[table] = self.refresh(table)
-        except UnknownTableError as e:   # dropped or renamed since this point: the catalog is past it
+        except DBLogError as e:   # dropped, renamed, keyless since this point: the catalog is past it
             if table not in self.unreadable:
                 self.unreadable.add(table)
                 yield TableBroken(table, Position(0, self.commit_lsn, self.seq),
-                                  f"{table} changed here and is gone from the catalog since ({e}); its changes "
-                                  "are skipped until it is there again")
+                                  f"{table} changed here and its shape cannot be read from the catalog since "
+                                  f"({e}); its changes are skipped until it can")
             return
         if self.catalog is not None:   # a new oid is recorded with the version (re-created: quarantined)
             self.oids[table] = self.catalog.table_oid(table)
