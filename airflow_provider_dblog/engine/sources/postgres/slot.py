@@ -14,6 +14,7 @@ import logging
 import re
 import time
 
+import psycopg2.errors
 from psycopg2 import sql
 
 from ...errors import SourceSetupError, UnknownTableError
@@ -176,12 +177,14 @@ class SlotAndPublication:
             return
         published = self._published()
         missing = [t for t in tables if t not in published]
-        if missing:
-            self.source._query(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
-                sql.Identifier(self.publication),
-                sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in missing)),
-                fetch=False)
-            log.info("added %s to publication %s", ", ".join(missing), self.publication)
+        for t in missing:   # one at a time: a table dropped since stops only itself
+            try:
+                self.source._query(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                    sql.Identifier(self.publication), sql.Identifier(*t.split(".", 1))), fetch=False)
+            except psycopg2.errors.UndefinedTable:
+                log.warning("%s is gone from the catalog: not added to publication %s", t, self.publication)
+                continue
+            log.info("added %s to publication %s", t, self.publication)
 
     def drop(self) -> None:
         """Drop the slot (its WAL is released) and the publication, if they exist."""
