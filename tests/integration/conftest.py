@@ -113,6 +113,18 @@ class CDC:
         schema = self.source.table_schema(f"{self.db}.{table}")
         return compare_source_target(self.src_cfg, self.cfg.target("tgt"), schema, target_table_name(schema))
 
+    def apply_local(self, target: str = "tgt") -> dict:
+        """An in-process apply of every table: {table: result}."""
+        from airflow_provider_dblog.engine.apply import run_apply
+        return run_apply(self.cfg, target, via="local")["tables"]
+
+    def assert_equal(self, *tables: str) -> None:
+        """Each table equals its target row for row, in the shape the source has now."""
+        for t in tables:
+            self.source.refresh_schema(f"{self.db}.{t}")
+            diff = self.compare(t)
+            assert diff.equal, (t, diff.describe())
+
     def close(self) -> None:
         try:
             self.stop_tail()

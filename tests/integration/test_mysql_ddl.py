@@ -23,7 +23,6 @@ import random
 import pytest
 
 from airflow_provider_dblog.cli import status
-from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.sources.mysql.ddl import ALTERED, BROKEN, read_statement
 from helpers import mysql_connect
@@ -37,27 +36,16 @@ def _run(src_db, *sql: str) -> None:
             cur.execute(s)
 
 
-def _equal(cdc, *tables: str) -> None:
-    for t in tables:
-        cdc.source.refresh_schema(f"{cdc.db}.{t}")
-        diff = cdc.compare(t)
-        assert diff.equal, diff.describe()
-
-
-def _apply(cdc) -> dict:
-    return run_apply(cdc.cfg, "tgt", via="local")["tables"]
-
-
 def _release_and_compare(cdc, *tables: str) -> None:
     """A full dump of the quarantined table (requested after its break) releases it: the
     target equals the source again."""
     rid = cdc.request(DumpSpec("table", [f"{cdc.db}.t"]))
     assert cdc.dump_spark(rid)["status"] == "done"
     cdc.drain()
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[f"{cdc.db}.t"]["status"] == "applied", res
     assert status(cdc.cfg, "src")["quarantined"] == {}
-    _equal(cdc, *tables)
+    cdc.assert_equal(*tables)
 
 
 PARTITIONED = ("id INT NOT NULL, v INT, PRIMARY KEY (id)) PARTITION BY RANGE (id) ("
@@ -87,11 +75,11 @@ def test_a_partition_operation_that_removes_rows_quarantines_the_table(src_db, m
     _run(src_db, ddl, "INSERT INTO t (id, v) VALUES (260, 260)", "INSERT INTO u (id, v) VALUES (2, 2)")
     cdc.drain()
     assert cdc.tail_error is None
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[f"{cdc.db}.u"]["status"] == "applied", res
     t = res[f"{cdc.db}.t"]
     assert t["status"] == "quarantined" and named in t["quarantined"]["why"] and ddl in t["quarantined"]["why"], t
-    _equal(cdc, "u")
+    cdc.assert_equal("u")
     if "DROP" in ddl:   # one release by a dump (Spark): the partition's rows are gone from the target
         _release_and_compare(cdc, "t", "u")
 
@@ -114,9 +102,9 @@ def test_a_partition_operation_that_keeps_every_row_flows(src_db, make_cdc, ddl)
     # rows from before the tail reach the target by the update's full images
     _run(src_db, ddl, "INSERT INTO t (id, v) VALUES (299, 299)", "UPDATE t SET v = -v")
     cdc.drain()
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[f"{cdc.db}.t"]["status"] == "applied", res
-    _equal(cdc, "t")
+    cdc.assert_equal("t")
 
 
 def _partitioned_without_maxvalue(src_db, make_cdc):
@@ -145,9 +133,9 @@ def _first_apply_full(cdc, *keys) -> None:
     rid = cdc.request(DumpSpec("keys", [f"{cdc.db}.t"], keys=[[k] for k in keys]))
     DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump).run(rid)
     cdc.drain()
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[f"{cdc.db}.t"]["status"] == "applied", res
-    _equal(cdc, "t")
+    cdc.assert_equal("t")
 
 
 @pytest.mark.parametrize("ddl, named", [
@@ -162,11 +150,11 @@ def test_a_statement_whose_rows_change_unseen_quarantines_and_a_dump_releases(sr
     _run(src_db, ddl, "INSERT INTO u (id, v) VALUES (2, 2)")
     cdc.drain()
     assert cdc.tail_error is None
-    res = _apply(cdc)
+    res = cdc.apply_local()
     t = res[f"{cdc.db}.t"]
     assert t["status"] == "quarantined" and named in t["quarantined"]["why"], t
     assert res[f"{cdc.db}.u"]["status"] == "applied"
-    _equal(cdc, "u")
+    cdc.assert_equal("u")
     if "DROP COLUMN note" in ddl:
         _release_and_compare(cdc, "t", "u")
 
@@ -186,11 +174,11 @@ def test_a_captured_table_renamed_away_stops_only_itself(src_db, make_cdc, ddl):
     _run(src_db, "INSERT INTO u (id, v) VALUES (3, 3)")
     cdc.drain()
     assert cdc.tail_error is None
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[f"{cdc.db}.u"]["status"] == "applied", res
     t = res[f"{cdc.db}.t"]
     assert t["status"] == "quarantined" and "renamed to" in t["quarantined"]["why"], t
-    _equal(cdc, "u")
+    cdc.assert_equal("u")
 
 
 @pytest.mark.parametrize("steps, named", [
@@ -215,10 +203,10 @@ def test_a_catalog_past_the_statement_quarantines_instead_of_guessing(src_db, ma
     cdc.start_tail()
     cdc.drain()
     assert cdc.tail_error is None
-    res = _apply(cdc)
+    res = cdc.apply_local()
     t = res[f"{cdc.db}.t"]
     assert t["status"] == "quarantined" and named in t["quarantined"]["why"], t
-    _equal(cdc, "u")
+    cdc.assert_equal("u")
     if steps[0].endswith("'legacy'"):
         _release_and_compare(cdc, "t", "u")
 
@@ -235,9 +223,9 @@ def test_the_same_statements_with_the_tail_running_flow(src_db, make_cdc):
         cdc.drain()
     _run(src_db, "INSERT INTO t (id, b, c) VALUES (3, 5000000000, 3)")
     cdc.drain()
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[f"{cdc.db}.t"]["status"] == "applied", res
-    _equal(cdc, "t")
+    cdc.assert_equal("t")
 
 
 # -- a property on the server: renames, drops and adds in one statement ---------------
@@ -299,9 +287,9 @@ def test_a_widening_then_a_value_past_the_old_type_behind_an_unapplied_change(sr
     cdc.drain()
     _run(src_db, "ALTER TABLE t MODIFY b BIGINT", "UPDATE t SET b = 7000000000 WHERE id = 2")
     cdc.drain()
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[f"{cdc.db}.t"]["status"] == "applied" and res[f"{cdc.db}.u"]["status"] == "applied", res
-    _equal(cdc, "t", "u")
+    cdc.assert_equal("t", "u")
 
 
 def test_rows_logged_in_another_shape_than_the_catalog_gave_quarantine(src_db, make_cdc):
@@ -318,10 +306,10 @@ def test_rows_logged_in_another_shape_than_the_catalog_gave_quarantine(src_db, m
     cdc.start_tail()
     cdc.drain()
     assert cdc.tail_error is None
-    res = _apply(cdc)
+    res = cdc.apply_local()
     t = res[f"{cdc.db}.t"]
     assert t["status"] == "quarantined" and "logged as collation latin1" in t["quarantined"]["why"], t
-    _equal(cdc, "u")
+    cdc.assert_equal("u")
 
 
 def test_a_batch_leaves_out_a_file_of_an_earlier_shape_that_ends_before_it(src_db, make_cdc):
@@ -336,5 +324,5 @@ def test_a_batch_leaves_out_a_file_of_an_earlier_shape_that_ends_before_it(src_d
     cdc.drain()
     _run(src_db, "ALTER TABLE t MODIFY s INT", "INSERT INTO u VALUES (1, 1)")   # string -> int: quarantined
     cdc.drain()
-    assert _apply(cdc)[f"{cdc.db}.t"]["status"] == "quarantined"
+    assert cdc.apply_local()[f"{cdc.db}.t"]["status"] == "quarantined"
     _release_and_compare(cdc, "t", "u")   # applied from the change on: the file before it is not read

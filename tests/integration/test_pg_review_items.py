@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
 from airflow_provider_dblog.engine.errors import SourceSetupError
@@ -29,17 +28,6 @@ def _run(src_db, *statements: str) -> None:
     with src_db.cursor() as cur:
         for s in statements:
             cur.execute(s)
-
-
-def _apply(cdc) -> dict:
-    return run_apply(cdc.cfg, "tgt", via="local")["tables"]
-
-
-def _equal(cdc, *tables: str) -> None:
-    for t in tables:
-        cdc.source.refresh_schema(f"{cdc.db}.{t}")
-        diff = cdc.compare(t)
-        assert diff.equal, (t, diff.describe())
 
 
 def _dump(cdc, table: str) -> None:
@@ -74,9 +62,9 @@ def test_a_key_made_deferrable_while_the_tail_runs_keeps_swapped_rows(src_db, ma
         cur.execute("COMMIT")
     cdc.drain()
     assert cdc.tail_error is None
-    res = _apply(cdc)   # no dump: the log alone moved every row
+    res = cdc.apply_local()   # no dump: the log alone moved every row
     assert res[t]["status"] == "applied", res
-    _equal(cdc, "t")
+    cdc.assert_equal("t")
     assert cdc.store.schema_versions(t)[-1][1]["extra"]["deferrable"], "the version does not record it"
 
 
@@ -102,8 +90,8 @@ def test_a_publication_via_the_partition_root_is_refused_naming_the_option(src_d
     _dump(cdc, "p1")
     _run(src_db, "INSERT INTO p VALUES (2, 2), (3, 3)", "UPDATE p SET v = 10 WHERE id = 1")
     cdc.drain()
-    assert _apply(cdc)[f"{cdc.db}.p1"]["status"] == "applied"
-    _equal(cdc, "p1")
+    assert cdc.apply_local()[f"{cdc.db}.p1"]["status"] == "applied"
+    cdc.assert_equal("p1")
 
 
 def test_a_publication_set_via_the_partition_root_while_the_tail_runs_breaks_its_partitions(src_db, make_cdc):
@@ -122,11 +110,11 @@ def test_a_publication_set_via_the_partition_root_while_the_tail_runs_breaks_its
          "INSERT INTO p VALUES (2, 2)", "INSERT INTO u VALUES (1, 1)")
     cdc.drain()
     assert cdc.tail_error is None
-    res = _apply(cdc)
+    res = cdc.apply_local()
     p1 = res[f"{cdc.db}.p1"]
     assert p1["status"] == "quarantined" and "publish_via_partition_root" in p1["quarantined"]["why"], p1
     assert res[f"{cdc.db}.u"]["status"] == "applied", res
-    _equal(cdc, "u")
+    cdc.assert_equal("u")
 
 
 # -- stored generated columns ----------------------------------------------------------------
@@ -149,12 +137,12 @@ def test_a_stored_generated_column_is_not_carried_and_its_table_flows(src_db, ma
          "INSERT INTO t (id, a) VALUES (4, 4)", "UPDATE t SET a = 5 WHERE id = 3")
     cdc.drain()
     assert cdc.tail_error is None
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[t]["status"] == "applied" and res[f"{cdc.db}.u"]["status"] == "applied", res
-    _equal(cdc, "t", "u")
+    cdc.assert_equal("t", "u")
     _dump(cdc, "t")
-    assert _apply(cdc)[t]["status"] == "applied"
-    _equal(cdc, "t")
+    assert cdc.apply_local()[t]["status"] == "applied"
+    cdc.assert_equal("t")
 
 
 # -- a dump of a table altered with no row written since ----------------------------------------
@@ -174,11 +162,11 @@ def test_a_dump_of_a_table_altered_with_no_row_written_since_ends(src_db, make_c
     _run(src_db, ddl)                     # no row of t written after it
     _dump(cdc, "t")
     assert cdc.tail_error is None
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[t]["status"] == "applied", res
-    _equal(cdc, "t")
+    cdc.assert_equal("t")
     _run(src_db, "UPDATE t SET v = 5 WHERE id = 2", "INSERT INTO u VALUES (1, 1)")
     cdc.drain()
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[t]["status"] == "applied" and res[f"{cdc.db}.u"]["status"] == "applied", res
-    _equal(cdc, "t", "u")
+    cdc.assert_equal("t", "u")

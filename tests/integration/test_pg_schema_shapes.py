@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
 from airflow_provider_dblog.engine.requests import DumpSpec
@@ -47,17 +46,6 @@ def _target_type(cdc, table: str, column: str) -> str | None:
         return row[0] if row else None
 
 
-def _apply(cdc) -> dict:
-    return run_apply(cdc.cfg, "tgt", via="local")["tables"]
-
-
-def _equal(cdc, *tables: str) -> None:
-    for t in tables:
-        cdc.source.refresh_schema(f"{cdc.db}.{t}")
-        diff = cdc.compare(t)
-        assert diff.equal, diff.describe()
-
-
 def _dump(cdc, table: str, rid: str | None = None) -> None:
     """A full dump of ``table`` in this process (the tail running closes its windows)."""
     rid = rid or cdc.request(DumpSpec("table", [f"{cdc.db}.{table}"]))
@@ -73,7 +61,7 @@ def test_a_numeric_widened_in_precision_and_scale_flows_exactly(src_db, make_cdc
     cdc.start_tail()
     _run(src_db, "INSERT INTO t VALUES (1, 10.55)")
     cdc.drain()
-    assert _apply(cdc)[f"{cdc.db}.t"]["status"] == "applied"
+    assert cdc.apply_local()[f"{cdc.db}.t"]["status"] == "applied"
     assert _target_type(cdc, "t", "amount") == "numeric(10,2)"
     _run(src_db, "ALTER TABLE t ALTER COLUMN amount TYPE numeric(12,3)",
          "INSERT INTO t VALUES (2, 1234.567), (3, 123456789.123)", "UPDATE t SET amount = 10.555 WHERE id = 1",
@@ -82,14 +70,14 @@ def test_a_numeric_widened_in_precision_and_scale_flows_exactly(src_db, make_cdc
     assert cdc.tail_error is None
     versions = cdc.store.schema_versions(f"{cdc.db}.t")
     assert len(versions) == 2 and "quarantined" not in versions[-1][1], versions
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[f"{cdc.db}.t"]["status"] == "applied", res
     assert _target_type(cdc, "t", "amount") == "numeric(12,3)"
     with cdc.target() as tgt, tgt.conn.cursor() as cur:
         cur.execute(f"SELECT id, amount::text FROM {tgt.qualified_stage(target_table_name(cdc.source.table_schema(f'{cdc.db}.t')))} "
                     "ORDER BY id")
         assert cur.fetchall() == [(1, "10.555"), (2, "1234.567"), (3, "123456789.123")]
-    _equal(cdc, "t", "u")
+    cdc.assert_equal("t", "u")
 
 
 @pytest.mark.parametrize("column, ddl, value, widened", [
@@ -103,16 +91,16 @@ def test_other_widenings_of_a_type_modifier_flow(src_db, make_cdc, column, ddl, 
     cdc.start_tail()
     _run(src_db, "INSERT INTO t VALUES (1, NULL)")
     cdc.drain()
-    _apply(cdc)
+    cdc.apply_local()
     _run(src_db, ddl, f"INSERT INTO t VALUES (2, {value})")
     cdc.drain()
     assert cdc.tail_error is None
     versions = cdc.store.schema_versions(f"{cdc.db}.t")
     assert len(versions) == 2 and "quarantined" not in versions[-1][1], versions   # the typmod change is seen
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[f"{cdc.db}.t"]["status"] == "applied", res
     assert _target_type(cdc, "t", name) == widened
-    _equal(cdc, "t")
+    cdc.assert_equal("t")
 
 
 @pytest.mark.parametrize("column, ddl, named", [
@@ -132,17 +120,17 @@ def test_a_type_modifier_change_that_may_rewrite_values_quarantines_the_table(sr
     cdc.start_tail()
     _run(src_db, f"INSERT INTO t VALUES (1, {value})")
     cdc.drain()
-    _apply(cdc)
+    cdc.apply_local()
     _run(src_db, ddl, "INSERT INTO t (id) VALUES (2)", "INSERT INTO u VALUES (1, 1)")
     cdc.drain()
     assert cdc.tail_error is None
-    res = _apply(cdc)
+    res = cdc.apply_local()
     t = res[f"{cdc.db}.t"]
     assert t["status"] == "quarantined" and named in t["quarantined"]["why"], t
     assert res[f"{cdc.db}.u"]["status"] == "applied"
     _dump(cdc, "t")
-    assert _apply(cdc)[f"{cdc.db}.t"]["status"] == "applied"
-    _equal(cdc, "t", "u")
+    assert cdc.apply_local()[f"{cdc.db}.t"]["status"] == "applied"
+    cdc.assert_equal("t", "u")
 
 
 # -- case 2: a column dropped and added again under the same name -------------------------
@@ -153,7 +141,7 @@ def test_a_column_dropped_and_added_again_never_keeps_old_values(src_db, make_cd
     cdc.start_tail()
     _run(src_db, "INSERT INTO t VALUES (1, 1, 'one'), (2, 2, 'two'), (3, 3, 'three')")
     cdc.drain()
-    assert _apply(cdc)[f"{cdc.db}.t"]["status"] == "applied"
+    assert cdc.apply_local()[f"{cdc.db}.t"]["status"] == "applied"
     if how == "tail-stopped":
         cdc.stop_tail()
     _run(src_db, "ALTER TABLE t DROP COLUMN note")
@@ -166,7 +154,7 @@ def test_a_column_dropped_and_added_again_never_keeps_old_values(src_db, make_cd
         cdc.start_tail()
     cdc.drain()
     assert cdc.tail_error is None
-    res = _apply(cdc)
+    res = cdc.apply_local()
     t = res[f"{cdc.db}.t"]
     assert res[f"{cdc.db}.u"]["status"] == "applied"
     if how == "writes-between":      # the log shows both steps: the target drops and adds it
@@ -174,8 +162,8 @@ def test_a_column_dropped_and_added_again_never_keeps_old_values(src_db, make_cd
     else:                            # one Relation, looking as before: the log cannot tell when
         assert t["status"] == "quarantined" and "note" in t["quarantined"]["why"], t
         _dump(cdc, "t")
-        assert _apply(cdc)[f"{cdc.db}.t"]["status"] == "applied"
-    _equal(cdc, "t", "u")
+        assert cdc.apply_local()[f"{cdc.db}.t"]["status"] == "applied"
+    cdc.assert_equal("t", "u")
 
 
 # -- case 4: a captured table renamed away and created again ------------------------------
@@ -193,7 +181,7 @@ def test_a_table_renamed_away_and_created_again_is_quarantined_and_re_dumped(src
     cdc.start_tail()
     _run(src_db, "INSERT INTO t VALUES (1, 1), (2, 2)")
     cdc.drain()
-    assert _apply(cdc)[t]["status"] == "applied"
+    assert cdc.apply_local()[t]["status"] == "applied"
     if how == "tail-stopped":
         cdc.stop_tail()
     _run(src_db, "ALTER TABLE t RENAME TO t_old", "CREATE TABLE t (LIKE t_old INCLUDING ALL)",
@@ -209,7 +197,7 @@ def test_a_table_renamed_away_and_created_again_is_quarantined_and_re_dumped(src
         _run(src_db, "INSERT INTO t_old VALUES (4, 4)")
     cdc.drain()
     assert cdc.tail_error is None
-    res = _apply(cdc)
+    res = cdc.apply_local()
     assert res[t]["status"] == "quarantined" and "re-created" in res[t]["quarantined"]["why"], res[t]
     assert res[f"{cdc.db}.u"]["status"] == "applied"
     rids = _tail_requests(cdc, t)
@@ -217,7 +205,7 @@ def test_a_table_renamed_away_and_created_again_is_quarantined_and_re_dumped(src
     _dump(cdc, "t", rids[0])
     _run(src_db, "INSERT INTO t VALUES (13, 13)", "UPDATE t SET v = 100 WHERE id = 10")
     cdc.drain()
-    assert _apply(cdc)[t]["status"] == "applied"
-    _equal(cdc, "t", "u")
+    assert cdc.apply_local()[t]["status"] == "applied"
+    cdc.assert_equal("t", "u")
     with cdc.target() as tgt:
         assert tgt.count(t) == 4    # the new table's rows only
