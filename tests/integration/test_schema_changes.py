@@ -131,9 +131,16 @@ def test_an_added_nullable_column_flows_online(src_db, make_cdc, via):
     assert cdc.tail_error is None
     versions = cdc.store.schema_versions(f"{cdc.db}.t")
     # the wider column is a version of its own (its native type changed; on PostgreSQL the
-    # Relation message's type modifier)
+    # Relation message's type modifier, read as logged even when the tail meets it after the
+    # second ALTER). MariaDB's tail reads the catalog at the ADD: one behind both ALTERs
+    # takes the wider type there (every value fits it), and the MODIFY changes nothing.
     shapes = [[c[0] for c in v["schema"]["columns"]] for _, v in versions]
-    assert shapes == [["id", "v"], ["id", "v", "note"], ["id", "v", "note"]], shapes
+    note = [next((n["column_type"] for n in v["native"] if n["name"] == "note"), None) for _, v in versions
+            ] if src_db.kind == "mysql" else []
+    if src_db.kind == "mysql" and len(shapes) == 2:
+        assert shapes == [["id", "v"], ["id", "v", "note"]] and note[1] == "varchar(40)", (shapes, note)
+    else:
+        assert shapes == [["id", "v"], ["id", "v", "note"], ["id", "v", "note"]], shapes
     assert len(cdc.store.schema_versions(f"{cdc.db}.u")) == 1     # the other table: one shape throughout
     res = run_apply(cdc.cfg, "tgt", via=via)
     assert res["via"] == via and res["tables"][f"{cdc.db}.t"]["status"] == "applied", res

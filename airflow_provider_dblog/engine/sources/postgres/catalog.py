@@ -5,6 +5,7 @@ Nothing here imports Airflow.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 from ...errors import SourceSetupError, UnknownTableError
@@ -80,6 +81,35 @@ def load_table(query: Query, table: str, source_name: str) -> tuple:
         columns.append(Column(cname, logical, not notnull))
     schema = TableSchema(nsp, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
     return schema, native, replident, deferrable, defaults, attnums, int(oid)
+
+
+def retyped_as_logged(query: Query, schema: TableSchema, native: dict[str, NativeColumn],
+                      logged: Sequence) -> tuple[TableSchema, dict[str, NativeColumn]] | None:
+    """The catalog's shape (``schema``, ``native``) with the type modifiers of a Relation
+    message's columns (``logged``), when they are all it differs in: the tail met the
+    message after a later ALTER ... TYPE within the same type (varchar(20) -> varchar(40),
+    numeric(10,2) -> numeric(12,3)), and the message's modifiers are what its rows were
+    written with. None when a name or a type oid differs (the catalog is past it)."""
+    if [c.name for c in logged] != list(schema.column_names):
+        return None
+    out, columns = dict(native), list(schema.columns)
+    for i, c in enumerate(logged):
+        n = native[c.name]
+        if c.type_oid != n.att_type_oid:
+            return None
+        if n.typmod is None or c.atttypmod == n.typmod:
+            continue
+        if n.att_type_oid != n.type_oid:   # a domain's modifier is the domain's, not the column's
+            return None
+        formatted = query("SELECT format_type(%s, %s)", (n.type_oid, c.atttypmod))[0][0]
+        try:
+            logical = logical_type(n.type_name, n.category, formatted,
+                                   builtin=not (n.category == "A" and n.logical == "string"))
+        except ValueError:
+            return None
+        out[c.name] = dataclasses.replace(n, formatted=formatted, logical=logical, typmod=c.atttypmod)
+        columns[i] = dataclasses.replace(columns[i], type=logical)
+    return dataclasses.replace(schema, columns=tuple(columns)), out
 
 
 def catalog_identity(query: Query, table: str) -> tuple[int | None, dict[str, int]]:

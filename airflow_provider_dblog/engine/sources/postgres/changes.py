@@ -321,32 +321,34 @@ class TransactionAssembler(LogMarks):
             raise SchemaChangedError(
                 f"{table} changed (ALTER TABLE) inside a transaction that had changed its rows, under "
                 "a DEFERRABLE key (held for netting): re-dump the table")
-        out, self.txn = self.txn, []
-        for e in out:
-            yield RowChange(e)
+        yield from self._flush_table(table)
         old = self.schemas[table], self.natives[table]
         try:
             self.schemas[table], self.natives[table] = self.refresh(table)
         except DBLogError as e:   # dropped, renamed, keyless since this point: the catalog is past it
             if table not in self.unreadable:
                 self.unreadable.add(table)
-                yield TableBroken(table, Position(0, self.commit_lsn, self.seq),
-                                  f"{table} changed here and its shape cannot be read from the catalog since "
-                                  f"({e}); its changes are skipped until it can")
+                yield TableBroken(table, self._pos(), f"{table} changed here and its shape cannot be read from the "
+                                                      f"catalog since ({e}); its changes are skipped until it can")
             return
         if self.catalog is not None:   # a new oid is recorded with the version (re-created: quarantined)
             self.oids[table] = self.catalog.table_oid(table)
         problem = relation_problem(m, self.schemas[table], self.natives[table])
-        pos = Position(0, self.commit_lsn, self.seq)
+        if problem and self.catalog is not None and self.catalog.retype_as_logged(table, m.columns):
+            # only a later ALTER ... TYPE within the type: the message's modifiers are the rows'
+            self.schemas[table], self.natives[table] = (self.catalog.table_schema(table),
+                                                        self.catalog.native_columns(table))
+            problem = ""
         if problem and table not in self.unreadable:
             self.unreadable.add(table)
-            yield TableBroken(table, pos, f"{table} changed again since this point of the log (the catalog is past "
-                                          f"it): {problem}; its changes are skipped until they match the catalog")
+            yield TableBroken(table, self._pos(), f"{table} changed again since this point of the log (the catalog "
+                                                  f"is past it): {problem}; its changes are skipped until they "
+                                                  "match the catalog")
         if problem and (self.schemas[table], self.natives[table]) == old:
             return
         if not problem:
             self.unreadable.discard(table)
-        yield SchemaChange(table, Position(0, self.commit_lsn, self.seq))
+        yield SchemaChange(table, self._pos())
 
     def _identity_not_full(self, table: str, m: Relation) -> Iterator[LogItem]:
         """A captured table whose REPLICA IDENTITY is no longer FULL: its changes are skipped

@@ -30,7 +30,8 @@ from ...schema import TableSchema
 from ...values import pg_options, pg_set_statements
 from ..base import ChunkPlan, LogItem
 from ..sql_source import SELECT_BATCH, SqlSource, raw_key_alias
-from .catalog import catalog_identity, catalog_oids, key_deferrable_now, load_table, partition_roots
+from .catalog import (catalog_identity, catalog_oids, key_deferrable_now, load_table, partition_roots,
+                      retyped_as_logged)
 from .checks import SetupChecks
 from .column_types import NativeColumn, needs_expr, select_expr, text_converter, text_parsed, to_logical
 from .lsn import lsn_to_int
@@ -170,6 +171,17 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
     def catalog_identity(self, table: str) -> tuple[int | None, dict[str, int]]:
         """(the oid ``table``'s name has in the catalog now, or None; its columns' attnums)."""
         return catalog_identity(self._query, table)
+
+    def retype_as_logged(self, table: str, logged) -> bool:
+        """Take the type modifiers of a Relation message's columns (``logged``) into the
+        table's shape as last read, when they are all it differs in (catalog.py
+        ``retyped_as_logged``); False when it differs in more."""
+        with self._lock:
+            got = retyped_as_logged(self._query, self.table_schema(table), self.native_columns(table), logged)
+            if got is None:
+                return False
+            self._schemas[table], self._native[table] = got
+            return True
 
     def publish(self, table: str) -> None:
         """Put ``table`` (created again under its name) into the publication, so its changes are
