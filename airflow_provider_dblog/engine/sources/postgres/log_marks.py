@@ -13,6 +13,9 @@ review items); a mixin of changes.py's TransactionAssembler.
   position (the tables locked against ALTER meanwhile): a shape that differs from the one
   read (an ALTER with no row written since: no Relation yet) and equals the catalog's is a
   SchemaChange there, so a chunk selected after it is in the log's shape at its HW.
+- An event trigger's logical message (ddl_marks.py) marks an ALTER TABLE / ALTER TYPE
+  at its place: a captured table whose values it rewrote with no row change (an enum
+  label renamed, TYPE ... USING) breaks there.
 
 Nothing here imports Airflow.
 """
@@ -22,6 +25,7 @@ import json
 from typing import Iterator
 
 from ..base import LogItem, SchemaChange, TableBroken
+from .ddl_marks import DDL_PREFIX, rewrites
 from .lsn import lsn_to_int
 from .pgoutput_messages import Message
 
@@ -85,9 +89,23 @@ class LogMarks:
                 f"(publish_via_partition_root = true) from {self._pos()}: they are not captured. Fix: ALTER "
                 "PUBLICATION <publication> SET (publish_via_partition_root = false), then re-dump the table"))
 
+    def ddl_mark(self, m: Message) -> Iterator[LogItem]:
+        """An ALTER TABLE / ALTER TYPE the event trigger marked (ddl_marks.py): each captured
+        table whose values it rewrote with no row change breaks here."""
+        carried = json.loads(m.content.decode("utf-8"))
+        oids = set(carried.get("tables") or ())
+        for table in [t for t in self.schemas if self.oids.get(t) in oids]:
+            why = rewrites(carried, table)
+            if why:
+                yield from self._flush_table(table)
+                yield TableBroken(table, self._pos(), f"{table} at {self._pos()}: {why}. Re-dump the table")
+                self.seq += 1
+
     def shapes(self, m: Message) -> Iterator[LogItem]:
         """A watermark's shapes: a table whose shape differs from the one read, and whose
-        catalog is that shape still, changed at this point of the log."""
+        catalog is that shape still, changed at this point of the log. (A DDL mark: ddl_mark.)"""
+        if m.prefix == DDL_PREFIX and m.flags & 1 and self.catalog is not None:
+            yield from self.ddl_mark(m)
         if m.prefix != SHAPES_PREFIX or not m.flags & 1 or self.catalog is None:
             return
         for table, carried in json.loads(m.content.decode("utf-8")).items():

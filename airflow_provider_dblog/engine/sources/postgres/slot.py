@@ -20,6 +20,7 @@ from psycopg2 import sql
 from ...errors import SourceSetupError, UnknownTableError
 from ..base import Problem
 from .catalog import partition_roots
+from .ddl_marks import install as install_ddl_marks, uninstall as uninstall_ddl_marks
 from .lsn import int_to_lsn, lsn_to_int
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,12 @@ class SlotAndPublication:
         first checkpoint: the slot must exist before the position the tail starts at."""
         src = self.source
         src.ensure_watermark_table()
+        why = install_ddl_marks(src._query, src.namespace)
+        if why:
+            log.warning("source %s: no event trigger marks ALTER TABLE / ALTER TYPE in the log (%s): an enum label "
+                        "renamed or a column rewritten by ALTER ... TYPE ... USING changes values with nothing in "
+                        "the log, and goes unseen. Run the tail once as a superuser to create it (README: Schema "
+                        "changes)", src.name, why)
         first = self._slot() is None
         present = []
         for table in src.tables:
@@ -197,6 +204,7 @@ class SlotAndPublication:
             src._query("SELECT pg_drop_replication_slot(%s)", (self.slot_name,))
         src._query(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(self.publication)),
                    fetch=False)
+        uninstall_ddl_marks(src._query, src.namespace)
 
     def gap(self, resume_lsn: int) -> str | None:
         """Why the slot cannot stream from ``resume_lsn`` any more (``Source.log_gap``)."""
