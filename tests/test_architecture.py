@@ -142,6 +142,24 @@ def test_sources_and_targets_do_not_reach_up(layer):
     assert reach == set()
 
 
+# the modules that may still read a PostgreSQL target's tables directly: verification
+# (issue 29 moves it onto the contract) and the dev demo's own reset
+_TARGET_KIND_READERS = {f"{PACKAGE}.engine.verify", f"{PACKAGE}.devenv.demo"}
+
+
+def test_the_apply_quarantine_and_sweep_use_the_target_contract_only():
+    """Issue 28: nothing outside engine/targets imports an implementation (postgres.py,
+    pg_*.py); the apply, the quarantine, the sweep and recovery see targets/base.py's
+    contract through ``open_target``, so a lake target is one more implementation."""
+    graph = _graph()
+    targets = f"{PACKAGE}.engine.targets"
+    allowed = {targets, f"{targets}.base"}
+    reach = {f"{n} -> {d}" for n, deps in graph.items()
+             if not n.startswith(targets) and n not in _TARGET_KIND_READERS
+             for d in deps if d.startswith(targets) and d not in allowed}
+    assert reach == set()
+
+
 def test_no_module_is_too_long():
     long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert long == {}

@@ -2,9 +2,9 @@
 
 Both paths end the same way: the latest event per key flattened to the table's columns
 plus ``_dblog_op`` / ``_dblog_pos`` (:func:`flatten`, or its Spark twin in
-``spark_jobs/apply_job.py``), ``COPY``-ed into a new stage table, then
-``PostgresTarget.merge_from_stage`` merges it and moves the checkpoint in one
-transaction (:func:`stage_and_merge`). So both give the same target rows, and every
+``spark_jobs/apply_job.py``), handed to the target's ``merge_batch``, which merges it and
+moves the applied position with the rows (targets/base.py; the PostgreSQL target stages
+it with ``COPY`` and merges in one transaction, targets/pg_stage.py). So both give the same target rows, and every
 guarantee of the merge (position guard, replay idempotence, checkpoint moved with the
 rows) holds either way. :class:`LocalApplier` is the in-process path: pyarrow reads the
 range's files.
@@ -25,8 +25,7 @@ import pyarrow.parquet as pq
 from .apply_plan import LOCAL, Batch, latest_per_key, plan_table
 from .events import DELETE, event_arrow_schema
 from .schema import TableSchema
-from .targets.pg_copy import copy_rows
-from .targets.pg_tables import OP_COLUMN, POS_COLUMN, qualified_name, stage_table_name
+from .targets.base import OP_COLUMN, POS_COLUMN
 
 log = logging.getLogger(__name__)
 
@@ -48,37 +47,17 @@ def flatten(schema: TableSchema, latest: pa.Table) -> pa.Table:
 
 def stage_and_merge(target, batch: Batch, flat: pa.Table | Iterable[pa.Table], source_name: str,
                     run_id: str, started: float) -> dict:
-    """The end of a batch on either path: ``COPY`` the flattened rows (one table, or pages
-    of it) into a new stage table, then ``merge_from_stage`` (rows and checkpoint in one
-    transaction). Returns the batch's result counts."""
-    schema = batch.write_schema or batch.schema
-    stage = stage_table_name(schema, run_id)
-    target.create_stage(schema, stage)
-    try:
-        t1 = time.monotonic()
-        with target.conn, target.conn.cursor() as cur:
-            for page in ([flat] if isinstance(flat, pa.Table) else flat):
-                copy_rows(cur, qualified_name(target.schema, stage), page)
-        t_stage = time.monotonic() - t1
-        t2 = time.monotonic()
-        res = target.merge_from_stage(schema, stage, source_name, batch.frontier, drop_stage=True,
-                                      evolve=batch.evolve)
-        t_merge = time.monotonic() - t2
-    except BaseException as e:
-        if target.is_transient(e):  # the server is away: a retry's stage (same name) replaces this one
-            log.warning("stage table %s left by a failed attempt (%s)", stage, type(e).__name__)
-            raise
-        try:
-            target.drop_stage(stage)
-        except Exception:  # noqa: BLE001 - the original error matters more
-            log.exception("could not drop stage table %s", stage)
-        raise
+    """The end of a batch on either path: the target merges the flattened rows (one table,
+    or pages of it) and moves its applied position with them (targets/base.py,
+    ``merge_batch``). Returns the batch's result counts."""
+    res = target.merge_batch(batch.write_schema or batch.schema, flat, source_name, batch.frontier, run_id,
+                             evolve=batch.evolve)
     secs = time.monotonic() - started
     return batch.out | {"rows": res.staged, "inserted": res.inserted, "updated": res.updated,
                         "deleted": res.deleted, "stale": res.stale,
                         "status": batch.status,
-                        "seconds": round(secs, 3), "stage_s": round(t_stage, 3),
-                        "merge_s": round(t_merge, 3),
+                        "seconds": round(secs, 3), "stage_s": round(res.stage_s, 3),
+                        "merge_s": round(res.merge_s, 3),
                         "rows_per_s": round(batch.events / secs, 1) if secs > 0 else None}
 
 

@@ -15,6 +15,7 @@ import pytest
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
 from airflow_provider_dblog.engine.requests import DumpSpec
+from airflow_provider_dblog.engine.sources import open_source
 
 MARIADB = pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)
 POSTGRES = pytest.mark.parametrize("src_db", ["postgres"], indirect=True)
@@ -44,8 +45,13 @@ def _setup(src_db, make_cdc, columns: str, *rows: str):
 
 def _dump(cdc, table: str = "t") -> None:
     """A full dump of ``table`` in this process (the tail running closes its windows)."""
-    rid = cdc.request(DumpSpec("table", [f"{cdc.db}.{table}"]))
-    DumpRunner(cdc.source, cdc.state, cdc.store, LocalChunkReader(cdc.source), cdc.cfg.dump).run(rid)
+    source = open_source(cdc.src_cfg)    # a fresh process's view of the catalog, as `dblog dump` has
+    try:
+        rid = DumpRunner(source, cdc.state, cdc.store, None, cdc.cfg.dump).submit(
+            DumpSpec("table", [f"{cdc.db}.{table}"]))
+        DumpRunner(source, cdc.state, cdc.store, LocalChunkReader(source), cdc.cfg.dump).run(rid)
+    finally:
+        source.close()
     assert cdc.state.request(rid)["status"] == "done", cdc.state.request(rid)
     cdc.drain()
 
@@ -102,17 +108,6 @@ def test_mariadb_a_type_change_that_rewrites_values_in_the_same_logical_type(src
     """Tail running, rows written before the ALTER, none after: quarantined or equal."""
     cdc = _setup(src_db, make_cdc, f"id INT PRIMARY KEY, {column}", f"(1, {value})")
     res = _after(cdc, src_db, ddl)
-    _equal_or_quarantined(cdc, res)
-
-
-@MARIADB
-@pytest.mark.xfail(strict=True, reason="MariaDB: ALTER TABLE ... ENGINE=BLACKHOLE discards every row without "
-                                       "row events, and later inserts are logged but not kept; ENGINE= is read as "
-                                       "a change that keeps rows, so the target keeps (and gains) rows the source "
-                                       "does not have")
-def test_mariadb_engine_blackhole_discards_rows(src_db, make_cdc):
-    cdc = _setup(src_db, make_cdc, "id INT PRIMARY KEY, v INT", "(1, 1)", "(2, 2)")
-    res = _after(cdc, src_db, "ALTER TABLE t ENGINE=BLACKHOLE", "INSERT INTO t VALUES (3, 3)")
     _equal_or_quarantined(cdc, res)
 
 
@@ -214,17 +209,24 @@ def test_mariadb_added_columns_with_defaults(src_db, make_cdc, steps, stopped):
     _equal_or_quarantined(cdc, res)
 
 
+_NON_STRICT = pytest.mark.xfail(strict=True, reason="MariaDB, a session without STRICT_TRANS_TABLES: the ALTER "
+                                "converts values (NULL to '', truncation, enum label to '', negative to 0) "
+                                "without row events; NOT NULL, VARCHAR(n), ENUM labels and INT->INT UNSIGNED "
+                                "(read as a widening) are no change of the logical shape, so the target keeps "
+                                "the old values")
+
+
 @MARIADB
 @pytest.mark.parametrize("ddl", [
-    "ALTER TABLE t MODIFY note VARCHAR(20) NOT NULL",
-    "ALTER TABLE t MODIFY note VARCHAR(3)",
-    "ALTER TABLE t MODIFY e ENUM('a')",
-    "ALTER TABLE t MODIFY v TINYINT",
-    "ALTER TABLE t MODIFY v INT UNSIGNED",
-], ids=["not-null-over-nulls", "varchar-narrowed", "enum-value-removed", "int-narrowed", "unsigned"])
+    pytest.param("ALTER TABLE t MODIFY note VARCHAR(20) NOT NULL", marks=_NON_STRICT, id="not-null-over-nulls"),
+    pytest.param("ALTER TABLE t MODIFY note VARCHAR(3)", marks=_NON_STRICT, id="varchar-narrowed"),
+    pytest.param("ALTER TABLE t MODIFY e ENUM('a')", marks=_NON_STRICT, id="enum-value-removed"),
+    pytest.param("ALTER TABLE t MODIFY v INT UNSIGNED", marks=_NON_STRICT, id="signed-to-unsigned"),
+    pytest.param("ALTER TABLE t MODIFY v TINYINT", id="int-narrowed"),
+])
 def test_mariadb_non_strict_session_alters(src_db, make_cdc, ddl):
     """A session without STRICT_TRANS_TABLES: the server converts values (NULL to '',
-    truncation, clamping) with warnings only."""
+    truncation, clamping) with warnings only, no row events."""
     cdc = _setup(src_db, make_cdc, "id INT PRIMARY KEY, v INT, note VARCHAR(20), e ENUM('a', 'b')",
                  "(1, -1000, NULL, 'b')", "(2, 2, 'abcdef', 'a')")
     with src_db.cursor() as cur:
@@ -236,13 +238,160 @@ def test_mariadb_non_strict_session_alters(src_db, make_cdc, ddl):
 
 @MARIADB
 @pytest.mark.parametrize("ddl", [
+    "ALTER TABLE t ADD COLUMN x INT AS (v + 1) VIRTUAL",
+    "ALTER TABLE t ADD COLUMN x INT AS (v + 1) PERSISTENT",
+    "ALTER TABLE t ADD COLUMN x INT INVISIBLE DEFAULT 4",
+], ids=["virtual", "persistent", "invisible"])
+def test_mariadb_generated_and_invisible_columns(src_db, make_cdc, ddl):
+    cdc = _setup(src_db, make_cdc, "id INT PRIMARY KEY, v INT", "(1, 1)")
+    res = _after(cdc, src_db, ddl, "INSERT INTO t (id, v) VALUES (2, 2)", "UPDATE t SET v = 3 WHERE id = 1")
+    _equal_or_quarantined(cdc, res)
+
+
+@MARIADB
+@pytest.mark.parametrize("ddl", [
     "ALTER TABLE t ADD COLUMN x UUID",
     "ALTER TABLE t ADD COLUMN x INET6",
     "ALTER TABLE t ADD COLUMN x VARCHAR(5) CHARACTER SET utf16",
-    "ALTER TABLE t ADD COLUMN x INT AS (v + 1) VIRTUAL",
-    "ALTER TABLE t ADD COLUMN x INT AS (v + 1) PERSISTENT",
-], ids=["uuid", "inet6", "utf16", "virtual", "persistent"])
-def test_mariadb_a_column_of_an_odd_type_stops_only_its_table(src_db, make_cdc, ddl):
+], ids=["uuid", "inet6", "utf16"])
+@pytest.mark.xfail(strict=True, reason="a column of a type the engine refuses, added to one captured table: the "
+                                       "tail quarantines that table, but every apply then fails for every table "
+                                       "(apply_plan.load_schemas lets the SourceSetupError of table_schema(t) "
+                                       "escape)")
+def test_mariadb_a_column_of_an_unsupported_type_stops_only_its_table(src_db, make_cdc, ddl):
     cdc = _setup(src_db, make_cdc, "id INT PRIMARY KEY, v INT", "(1, 1)")
-    res = _after(cdc, src_db, ddl, "INSERT INTO t (id, v) VALUES (2, 2)", "UPDATE t SET v = 3 WHERE id = 1")
+    _run(src_db, ddl, "INSERT INTO t (id, v) VALUES (2, 2)", "INSERT INTO u VALUES (2, 2)")
+    cdc.drain()
+    cdc.stop_tail()          # and a restart reads on
+    cdc.start_tail()
+    _run(src_db, "INSERT INTO u VALUES (3, 3)")
+    cdc.drain()
+    assert cdc.tail_error is None
+    res = cdc.apply_local()
+    assert res[f"{cdc.db}.u"]["status"] == "applied", res
+    assert res[f"{cdc.db}.t"]["status"] == "quarantined", res
+    cdc.assert_equal("u")
+
+
+@MARIADB
+@pytest.mark.xfail(strict=True, reason="MariaDB: the value existing rows hold in a column added with a literal "
+                                       "DEFAULT is asked of the live server (SELECT DEFAULT(c)) when the tail "
+                                       "records the change, after the catalog check; a SET DEFAULT committed in "
+                                       "between (quick successive ALTERs, tail slightly behind) is recorded as "
+                                       "the fill value: every old row differs, silently")
+def test_mariadb_a_default_changed_while_the_tail_records_an_added_column(src_db, make_cdc, monkeypatch):
+    """ADD COLUMN c INT DEFAULT 1, then ALTER COLUMN c SET DEFAULT 2 at once; the tail
+    keeps up but the second ALTER commits between the reader's catalog read and the
+    tail's fill query (the flush of the batch before the change lies between them; the
+    same test without the patch fails about one run in four)."""
+    from airflow_provider_dblog.engine.sources.mysql.source import MySQLSource
+    cdc = _setup(src_db, make_cdc, "id INT PRIMARY KEY, v INT", "(1, 1)", "(2, 2)")
+    original, ran = MySQLSource.added_column_fill, []
+
+    def late_fill(self, table, column):
+        if not ran:
+            ran.append(True)
+            _run(src_db, "ALTER TABLE t ALTER COLUMN c SET DEFAULT 2")
+        return original(self, table, column)
+    monkeypatch.setattr(MySQLSource, "added_column_fill", late_fill)
+    res = _after(cdc, src_db, "ALTER TABLE t ADD COLUMN c INT DEFAULT 1")
+    assert ran
+    _equal_or_quarantined(cdc, res)
+
+
+# -- PostgreSQL ------------------------------------------------------------------------
+# (a change reaches the log with the table's next row change: each case writes one)
+
+@POSTGRES
+@pytest.mark.parametrize("setup, ddl", [
+    pytest.param("CREATE DOMAIN dd AS int DEFAULT 42", "ALTER TABLE t ADD COLUMN c dd",
+                 marks=pytest.mark.xfail(strict=True, reason="PostgreSQL: ADD COLUMN of a domain type with a "
+                                         "DEFAULT fills existing rows with the domain's default (a rewrite, no "
+                                         "row events); the column has no default of its own, so it is read as a "
+                                         "nullable column without default and the target's old rows hold NULL"),
+                 id="domain-with-default"),
+    pytest.param("", "ALTER TABLE t ADD COLUMN c int[] DEFAULT '{1,2}'",
+                 marks=pytest.mark.xfail(strict=True, reason="PostgreSQL: an array column added with a constant "
+                                         "default: attmissingval of an array column is 2-D, "
+                                         "(attmissingval::text::text[])[1] is NULL, so the fill value recorded "
+                                         "is NULL and the target's old rows hold NULL"),
+                 id="array-default"),
+    pytest.param("", "ALTER TABLE t ADD COLUMN c text DEFAULT 'a,\"b\" {c}'", id="text-default-odd-chars"),
+    pytest.param("", "ALTER TABLE t ADD COLUMN c timestamptz DEFAULT now()", id="stable-default-now"),
+    pytest.param("", "ALTER TABLE t ADD COLUMN c float8 DEFAULT random()", id="volatile-default"),
+    pytest.param("", "ALTER TABLE t ADD COLUMN c bigint GENERATED ALWAYS AS IDENTITY", id="identity"),
+    pytest.param("", "ALTER TABLE t ADD COLUMN c serial", id="serial"),
+    pytest.param("", "ALTER TABLE t ADD COLUMN c int GENERATED ALWAYS AS (v * 2) STORED", id="generated"),
+    pytest.param("CREATE DOMAIN dn AS int NOT NULL DEFAULT 5", "ALTER TABLE t ADD COLUMN c dn",
+                 id="domain-not-null-default"),
+    pytest.param("", "ALTER TABLE t ALTER COLUMN v SET DEFAULT 9; ALTER TABLE t ADD COLUMN c int DEFAULT 3",
+                 id="set-default-then-add"),
+    pytest.param("CREATE TYPE mood AS ENUM ('sad', 'ok')", "ALTER TABLE t ADD COLUMN c mood DEFAULT 'ok'",
+                 id="enum-default"),
+])
+@pytest.mark.parametrize("stopped", [False, True], ids=["tail-running", "tail-stopped"])
+def test_postgres_added_columns(src_db, make_cdc, setup, ddl, stopped):
+    cdc = _setup(src_db, make_cdc, "id INT PRIMARY KEY, v INT", "(1, 1)", "(2, NULL)")
+    if setup:
+        _run(src_db, setup)
+    if stopped:
+        cdc.stop_tail()
+    _run(src_db, ddl, "UPDATE t SET v = 10 WHERE id = 1")
+    if stopped:
+        cdc.start_tail()
+    res = _after(cdc, src_db)
+    _equal_or_quarantined(cdc, res)
+
+
+@POSTGRES
+@pytest.mark.parametrize("steps", [
+    ["ALTER TABLE t ALTER COLUMN note SET NOT NULL", "INSERT INTO t VALUES (3, 3, 'x')",
+     "ALTER TABLE t ALTER COLUMN note DROP NOT NULL", "INSERT INTO t VALUES (4, 4, NULL)"],
+    ["ALTER TABLE t ALTER COLUMN note DROP NOT NULL", "INSERT INTO t VALUES (4, 4, NULL)"],
+    ["ALTER TABLE t ALTER COLUMN note DROP NOT NULL; UPDATE t SET note = NULL WHERE id = 1"],
+    ["ALTER TABLE t ADD COLUMN c int DEFAULT 7", "ALTER TABLE t ALTER COLUMN c SET DEFAULT 8",
+     "INSERT INTO t (id, v, note) VALUES (5, 5, 'e')"],
+    ["ALTER TABLE t ADD COLUMN c int DEFAULT 7", "ALTER TABLE t ALTER COLUMN v TYPE bigint",
+     "INSERT INTO t (id, v, note) VALUES (5, 5, 'e')"],
+    ["ALTER TABLE t ADD COLUMN c int DEFAULT 7; ALTER TABLE t DROP COLUMN c; "
+     "ALTER TABLE t ADD COLUMN c int DEFAULT 8", "INSERT INTO t (id, v, note) VALUES (5, 5, 'e')"],
+    ["ALTER TABLE t RENAME COLUMN id TO pk", "INSERT INTO t VALUES (6, 6, 'f')"],
+    ["ALTER TABLE t DROP CONSTRAINT t_pkey, ADD PRIMARY KEY (id, v)", "INSERT INTO t VALUES (6, 6, 'f')"],
+    ["ALTER TABLE t ALTER COLUMN v TYPE bigint, ALTER COLUMN note TYPE text", "INSERT INTO t VALUES (6, 6, 'f')"],
+], ids=["not-null-set-and-dropped", "not-null-dropped", "not-null-dropped-same-txn", "add-then-redefault",
+        "add-then-rewrite", "add-drop-add-one-txn", "rename-key", "key-changed", "multi-clause-retype"])
+@pytest.mark.parametrize("stopped", [False, True], ids=["tail-running", "tail-stopped"])
+def test_postgres_successive_alters(src_db, make_cdc, steps, stopped):
+    cdc = _setup(src_db, make_cdc, "id INT PRIMARY KEY, v INT, note varchar(20) NOT NULL", "(1, 1, 'a')",
+                 "(2, 2, 'b')")
+    if stopped:
+        cdc.stop_tail()
+    _run(src_db, *steps)
+    if stopped:
+        cdc.start_tail()
+    res = _after(cdc, src_db)
+    _equal_or_quarantined(cdc, res)
+
+
+@POSTGRES
+@pytest.mark.parametrize("ddl", ["ALTER TABLE t ADD COLUMN m money", "ALTER TABLE t ADD COLUMN r int4range",
+                                 "ALTER TABLE t ADD COLUMN p point"], ids=["money", "range", "point"])
+def test_postgres_a_column_of_an_unsupported_type_stops_only_its_table(src_db, make_cdc, ddl):
+    cdc = _setup(src_db, make_cdc, "id INT PRIMARY KEY, v INT", "(1, 1)")
+    _run(src_db, ddl, "INSERT INTO t (id, v) VALUES (2, 2)", "INSERT INTO u VALUES (2, 2)")
+    cdc.drain()
+    assert cdc.tail_error is None
+    res = cdc.apply_local()
+    assert res[f"{cdc.db}.u"]["status"] == "applied", res
+    assert res[f"{cdc.db}.t"]["status"] == "quarantined", res
+    cdc.assert_equal("u")
+
+
+@POSTGRES
+def test_postgres_a_table_inheriting_into_a_captured_table(src_db, make_cdc):
+    """ALTER TABLE c INHERIT t: t's rows as the source reads them (SELECT ... FROM t) now
+    include c's, whose changes the log gives as c's (not captured)."""
+    cdc = _setup(src_db, make_cdc, "id INT PRIMARY KEY, v INT", "(1, 1)")
+    _run(src_db, "CREATE TABLE c (id INT PRIMARY KEY, v INT)", "INSERT INTO c VALUES (100, 100)")
+    res = _after(cdc, src_db, "ALTER TABLE c INHERIT t", "UPDATE t SET v = v + 1")
     _equal_or_quarantined(cdc, res)

@@ -1,14 +1,17 @@
-"""Apply targets. ``open_target`` picks the implementation from the config's kind."""
+"""Apply targets: the contract (base.py) and its implementations. ``open_target`` picks
+the implementation from the config's kind; nothing outside this package imports one."""
 from __future__ import annotations
 
 from ..config import TargetConfig
+from .base import OP_COLUMN, POS_COLUMN, MergeResult, Target
 from .pg_tables import stage_table_name, target_table_name
-from .postgres import MergeResult, PostgresTarget
+from .postgres import PostgresTarget
 
-__all__ = ["MergeResult", "PostgresTarget", "open_target", "stage_table_name", "target_table_name"]
+__all__ = ["MergeResult", "OP_COLUMN", "POS_COLUMN", "PostgresTarget", "Target", "open_target",
+           "stage_table_name", "target_table_name"]
 
 
-def open_target(config: TargetConfig) -> PostgresTarget:
+def open_target(config: TargetConfig) -> Target:
     if config.kind == "postgres":
         return PostgresTarget(config)
     raise NotImplementedError(f"target kind {config.kind!r} is not supported yet")

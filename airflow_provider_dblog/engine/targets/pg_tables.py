@@ -15,10 +15,9 @@ from psycopg2 import sql
 from ..logical_types import is_text_carried
 from ..schema import TableSchema
 from ..values import float32, parse_pg_date, parse_pg_timestamp
+from .base import OP_COLUMN, POS_COLUMN  # noqa: F401 - the names every target uses
 
 STATE_TABLE = "dblog_apply_state"
-POS_COLUMN = "_dblog_pos"
-OP_COLUMN = "_dblog_op"
 STAGE_PREFIX = "_dblog_stage__"
 _MAX_IDENT = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
 

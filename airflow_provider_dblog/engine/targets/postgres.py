@@ -20,7 +20,6 @@ No Spark and no Airflow here.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import psycopg2
@@ -33,29 +32,18 @@ from ..positions import Position
 from ..arrow_values import to_arrow
 from ..schema import TableSchema
 from ..values import comparable_key, pg_options
+from .base import MergeResult
 from .pg_copy import copy_rows
 from .pg_errors import is_transient
 from .pg_evolve import evolve_table, table_columns
+from .pg_stage import stage_and_merge
 from .pg_tables import (OP_COLUMN, POS_COLUMN, STAGE_PREFIX, STATE_TABLE, dblog_tables, from_row, json_as_text, qualified_name,
                         read_list, source_table_name, target_table_name)
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class MergeResult:
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
-    stale: int = 0      # stage rows at or below the target's version (or the checkpoint)
-    staged: int = 0     # stage rows considered (at or after the checkpoint, latest per key)
-    checkpoint_moved: bool = False
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-class PostgresTarget:
+class PostgresTarget:  # implements targets.base.Target
     is_transient = staticmethod(is_transient)  # the server away (retry), or a fault of the request
 
     def __init__(self, config: TargetConfig, connect_timeout: int = 10):
@@ -252,6 +240,11 @@ class PostgresTarget:
                 self._tid(STATE_TABLE)), (source, source_table_name(table)))
 
     # -- the merge -------------------------------------------------------------------
+    def merge_batch(self, table: TableSchema, pages, source: str, new_pos: Position, run_id: str,
+                    evolve: tuple | None = None) -> MergeResult:
+        """The contract's merge (base.py): staged with COPY, merged in one transaction (pg_stage.py)."""
+        return stage_and_merge(self, table, pages, source, new_pos, run_id, evolve)
+
     def merge_from_stage(self, table: TableSchema, stage: str, source: str, new_pos: Position,
                          drop_stage: bool = False, evolve: tuple | None = None) -> MergeResult:
         """Merge a staged batch in one transaction and move the checkpoint to ``new_pos``

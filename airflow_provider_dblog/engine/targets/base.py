@@ -1,0 +1,77 @@
+"""The contract of an apply target (issue 28): what the apply, the quarantine, the orphan
+sweep and recovery ask of any target, so that none of them branches on its kind. The
+PostgreSQL target (postgres.py) implements it; a lake table target is one more
+implementation.
+
+A target holds, per captured source table, one current-state table (the source's
+columns plus ``_dblog_pos``) and per (source, table) the *applied position*: every event
+of the table below it is in the target. Its guarantees, whatever the kind:
+
+- ``merge_batch``: a batch (the latest event per key, flattened to the table's columns
+  plus ``_dblog_op`` / ``_dblog_pos``) is merged by position (a row is written or deleted
+  only by a newer event: invariant 1) and the applied position moves to the batch's end
+  **atomically with the rows**, so a crash at any instant neither loses nor doubles a
+  batch and a replayed batch changes nothing; a change of the table's shape (``evolve``,
+  including a TRUNCATE as a step of its history) is taken in the same step.
+- ``advance_applied`` moves the position without rows (an empty batch), forward only.
+- ``delete_orphans``: the sweep of a full dump (engine/sweep.py), done only once every
+  event below ``until`` is applied, checked under the table's exclusive apply lock.
+- ``drop_table`` / ``reset_applied``: a quarantined table rebuilt in its new shape.
+
+Nothing here imports Airflow.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Protocol
+
+import pyarrow as pa
+
+from ..positions import Position
+from ..schema import TableSchema
+
+POS_COLUMN = "_dblog_pos"   # the position of the event that wrote the row
+OP_COLUMN = "_dblog_op"     # a batch row's operation (c / u / d / r)
+
+
+@dataclass
+class MergeResult:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    stale: int = 0      # batch rows at or below the target's version (or the checkpoint)
+    staged: int = 0     # batch rows considered (at or after the checkpoint, latest per key)
+    checkpoint_moved: bool = False
+    stage_s: float = 0.0   # time to hand the rows to the target
+    merge_s: float = 0.0   # time to merge them and move the position
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Target(Protocol):
+    config: Any   # its TargetConfig
+
+    def is_transient(self, error: BaseException) -> bool: ...   # the target away: retry
+    def close(self) -> None: ...
+
+    # its tables
+    def exists(self, table: TableSchema | str) -> bool: ...
+    def ensure_table(self, table: TableSchema) -> bool: ...       # True if created
+    def columns(self, table: TableSchema | str) -> list[str]: ...  # [] if absent
+    def drop_table(self, table: TableSchema) -> None: ...
+    def drop_all(self) -> list[str]: ...
+    def count(self, table: TableSchema | str) -> int: ...
+    def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]: ...
+
+    # the applied position
+    def applied_pos(self, source: str, table: TableSchema | str) -> Position | None: ...
+    def advance_applied(self, source: str, table: TableSchema | str, pos: Position,
+                        evolve: tuple | None = None) -> bool: ...
+    def reset_applied(self, source: str, table: TableSchema | str) -> None: ...
+
+    # writes
+    def merge_batch(self, table: TableSchema, pages: pa.Table | Iterable[pa.Table], source: str,
+                    new_pos: Position, run_id: str, evolve: tuple | None = None) -> MergeResult: ...
+    def delete_orphans(self, table: TableSchema, source: str, keep: pa.Table, below: Position,
+                       until: Position, in_source=None) -> int | None: ...
