@@ -107,3 +107,17 @@ def test_schema_changes_for_all_tables_or_per_table():
     raw["sources"]["s"]["schema_changes"] = {"default": "ignore", "a.c": "fail"}
     src = parse_config(raw, env={}).source()
     assert (src.schema_changes_for("a.b"), src.schema_changes_for("a.c")) == ("ignore", "fail")
+
+
+def test_a_delta_target_takes_a_path_and_no_server():
+    env = {"AIRFLOW_CONN_SHOP_DB": "mysql://u:p@h:1/d", "AIRFLOW_CONN_STATE_REDIS": "redis://r:6379/0"}
+    raw = json.loads(json.dumps(BASE))
+    raw["targets"] = {"lake": {"kind": "delta", "source": "shop", "path": "/data/lake"}}
+    tgt = parse_config(raw, env=env).target()
+    assert (tgt.kind, tgt.path, tgt.endpoint) == ("delta", "/data/lake", None)
+    raw["targets"]["lake"].pop("path")
+    with pytest.raises(ConfigError, match="delta target needs 'path'"):
+        parse_config(raw, env=env)
+    raw["targets"]["lake"] |= {"kind": "iceberg", "path": "/x"}
+    with pytest.raises(ConfigError, match="kind must be one of"):
+        parse_config(raw, env=env)

@@ -327,6 +327,8 @@ def with_sweep(result: dict, target, target_name: str, store, state, source_cfg:
 # -- a run's tables, riding out outages ---------------------------------------------------
 def target_label(tcfg: TargetConfig) -> str:
     ep = tcfg.endpoint
+    if ep is None:   # a lake target
+        return f"target {tcfg.name} ({tcfg.kind} {tcfg.path})"
     return f"target {tcfg.name} ({tcfg.kind} {ep.host}:{ep.port}/{ep.database or 'postgres'})"
 
 

@@ -29,7 +29,7 @@ from .schema_evolution import EVOLVE, parse_setting
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}$")
 SOURCE_KINDS = ("mysql", "postgres")
-TARGET_KINDS = ("postgres",)
+TARGET_KINDS = ("postgres", "delta")
 _Part = TypeVar("_Part")  # a configured source or target
 
 
@@ -136,9 +136,10 @@ class SourceConfig:
 class TargetConfig:
     name: str
     kind: str
-    endpoint: Endpoint
+    endpoint: Endpoint | None   # a SQL target's server (None for a lake target)
     source: str
     schema: str = "public"
+    path: str = ""              # a lake target's root: one table directory per source table
 
 
 @dataclass(frozen=True)
@@ -335,8 +336,10 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
             raise ConfigError(f"{where}: kind must be one of {TARGET_KINDS}, not {d.get('kind')!r}")
         if d.get("source") not in sources:
             raise ConfigError(f"{where}: source {d.get('source')!r} is not configured")
-        targets[name] = TargetConfig(name=name, kind=d["kind"], endpoint=_endpoint(d, where),
-                                     source=d["source"],
+        if d["kind"] == "delta" and not str(d.get("path") or "").strip():
+            raise ConfigError(f"{where}: a delta target needs 'path' (the directory its tables live under)")
+        targets[name] = TargetConfig(name=name, kind=d["kind"], source=d["source"], path=str(d.get("path", "")),
+                                     endpoint=None if d["kind"] == "delta" else _endpoint(d, where),
                                      schema=check_identifier(d.get("schema", "public")))
     state = raw.get("state") or {}
     storage = raw.get("storage") or {}

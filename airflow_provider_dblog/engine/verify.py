@@ -124,7 +124,15 @@ def compare(table: TableSchema, source_rows: Iterator[tuple], target_rows: Itera
     return diff
 
 
+def _delta_rows(cfg: TargetConfig, table: TableSchema) -> Iterator[tuple]:
+    from .targets.delta import DeltaTarget
+    data = DeltaTarget(cfg).read(table).select(table.column_names)
+    for batch in data.to_batches(20_000):
+        yield from zip(*(c.to_pylist() for c in batch.columns))
+
+
 def compare_source_target(src: SourceConfig, tgt: TargetConfig, table: TableSchema, relation: str) -> TableDiff:
     if src.kind not in ("mysql", "postgres"):
         raise NotImplementedError(f"comparing a {src.kind} source is not supported")
-    return compare(table, _source_rows(src, table), _target_rows(tgt, table, relation))
+    rows = _delta_rows(tgt, table) if tgt.kind == "delta" else _target_rows(tgt, table, relation)
+    return compare(table, _source_rows(src, table), rows)

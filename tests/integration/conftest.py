@@ -16,7 +16,7 @@ from airflow_provider_dblog.engine.sources import open_source
 from airflow_provider_dblog.engine.state import RedisState
 from airflow_provider_dblog.engine.store import EventStore
 from airflow_provider_dblog.engine.tail import Tail
-from airflow_provider_dblog.engine.targets import PostgresTarget, target_table_name
+from airflow_provider_dblog.engine.targets import PostgresTarget, open_target, target_table_name
 from airflow_provider_dblog.engine.verify import compare_source_target
 
 from helpers import POSTGRES_PORT, REDIS_PORT, unique
@@ -24,7 +24,7 @@ from sourcedb import KINDS
 
 
 class CDC:
-    def __init__(self, sdb, tables: list[str], tmp_path, redis_prefix: str, **overrides):
+    def __init__(self, sdb, tables: list[str], tmp_path, redis_prefix: str, lake: bool = False, **overrides):
         self.sdb = sdb
         self.db = sdb.name  # the namespace of the tables: f"{cdc.db}.t"
         self.wm_ns = unique("wm")
@@ -32,7 +32,10 @@ class CDC:
             "sources": {"src": sdb.source_config(tables, self.wm_ns,
                                                  5000 + int(time.time() * 1000) % 100000)},
             "targets": {"tgt": {"kind": "postgres", "source": "src", "host": "127.0.0.1",
-                                "port": POSTGRES_PORT, "user": "postgres", "database": unique("tgt")}},
+                                "port": POSTGRES_PORT, "user": "postgres", "database": unique("tgt")},
+                        # a Delta Lake target too (issue 28)
+                        **({"lake": {"kind": "delta", "source": "src", "path": str(tmp_path / "lake")}}
+                           if lake else {})},
             "state": {"redis_url": f"redis://127.0.0.1:{REDIS_PORT}/0", "prefix": redis_prefix},
             "storage": {"root": str(tmp_path / "storage")},
             "spark": {"master": "local[2]"},
@@ -109,20 +112,20 @@ class CDC:
     def target(self, name: str = "tgt") -> PostgresTarget:
         return PostgresTarget(self.cfg.target(name))
 
-    def compare(self, table: str):
+    def compare(self, table: str, target: str = "tgt"):
         schema = self.source.table_schema(f"{self.db}.{table}")
-        return compare_source_target(self.src_cfg, self.cfg.target("tgt"), schema, target_table_name(schema))
+        return compare_source_target(self.src_cfg, self.cfg.target(target), schema, target_table_name(schema))
 
     def apply_local(self, target: str = "tgt") -> dict:
         """An in-process apply of every table: {table: result}."""
         from airflow_provider_dblog.engine.apply import run_apply
         return run_apply(self.cfg, target, via="local")["tables"]
 
-    def assert_equal(self, *tables: str) -> None:
+    def assert_equal(self, *tables: str, target: str = "tgt") -> None:
         """Each table equals its target row for row, in the shape the source has now."""
         for t in tables:
             self.source.refresh_schema(f"{self.db}.{t}")
-            diff = self.compare(t)
+            diff = self.compare(t, target)
             assert diff.equal, (t, diff.describe())
 
     def close(self) -> None:
@@ -130,7 +133,7 @@ class CDC:
             self.stop_tail()
         finally:
             for name in self.cfg.targets:
-                with self.target(name) as t:
+                with open_target(self.cfg.target(name)) as t:
                     t.drop_all()
             self.source.close()
             self.sdb.drop_namespace(self.wm_ns)

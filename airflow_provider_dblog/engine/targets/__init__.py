@@ -14,4 +14,7 @@ __all__ = ["MergeResult", "OP_COLUMN", "POS_COLUMN", "PostgresTarget", "Target",
 def open_target(config: TargetConfig) -> Target:
     if config.kind == "postgres":
         return PostgresTarget(config)
+    if config.kind == "delta":
+        from .delta import DeltaTarget   # deltalake is needed only by a Delta target
+        return DeltaTarget(config)
     raise NotImplementedError(f"target kind {config.kind!r} is not supported yet")

@@ -1,0 +1,250 @@
+"""A Delta Lake apply target (issue 28), written with delta-rs (``deltalake``): one
+current-state Delta table per captured source table, merged by position.
+
+Source table ``shop.orders`` lands in ``<path>/shop__orders``: the source's columns (the
+Arrow type of each logical type: decimals as decimals, ``numeric`` and ``text:`` types as
+the source's exact text, timestamps as ``timestamp_ntz`` / UTC ``timestamp``),
+``_dblog_pos`` (the position of the event that wrote the row) and ``_dblog_op``.
+
+The applied position of each source lives in the table's own commits: every commit this
+target makes carries ``dblog.applied.<source>`` in its commit metadata, so the position
+moves **in the same Delta commit as the rows** (a crash at any instant neither loses nor
+doubles a batch). A batch is **one** MERGE keyed by the primary key: a row is deleted,
+updated or inserted only by a newer event (``_dblog_pos`` compared as text: positions
+encode in order), so a replayed batch changes nothing. A change of shape (delta_evolve.py)
+is one overwrite commit that carries the new position; the batch before it is merged
+first without moving the position (a crash between the two re-merges it: nothing
+changes). Local paths only for now (dropping a table removes its directory).
+
+No Spark and no Airflow here.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from ..config import TargetConfig
+from ..events import DELETE as _DELETE
+from ..logical_types import arrow_type
+from ..positions import Position
+from ..schema import TableSchema
+from ..values import comparable_key
+from ..arrow_values import to_arrow
+from .base import OP_COLUMN, POS_COLUMN, MergeResult
+from .delta_evolve import evolved
+from .pg_tables import target_table_name
+
+log = logging.getLogger(__name__)
+
+_APPLIED = "dblog.applied."   # + source: the commit metadata key of the applied position
+
+
+
+def _q(name: str) -> str:
+    """A column name quoted for delta-rs's SQL predicates."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def arrow_schema(table: TableSchema) -> pa.Schema:
+    """The Delta table's columns: the source's, then ``_dblog_pos`` and ``_dblog_op``."""
+    fields = [pa.field(c.name, arrow_type(c.type), nullable=c.name not in table.key) for c in table.columns]
+    return pa.schema(fields + [pa.field(POS_COLUMN, pa.string(), nullable=False),
+                               pa.field(OP_COLUMN, pa.string(), nullable=False)])
+
+
+class DeltaTarget:   # implements targets.base.Target
+    def __init__(self, config: TargetConfig):
+        self.config = config
+        self.root = config.path.removeprefix("file://").rstrip("/")
+
+    @staticmethod
+    def is_transient(error: BaseException) -> bool:
+        """A concurrent commit won the race: the step is run again from the table's new version."""
+        return isinstance(error, CommitFailedError)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "DeltaTarget":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- tables ----------------------------------------------------------------------
+    def table_path(self, table: TableSchema | str) -> str:
+        return f"{self.root}/{target_table_name(table)}"
+
+    def _open(self, table: TableSchema | str) -> DeltaTable | None:
+        try:
+            return DeltaTable(self.table_path(table))
+        except TableNotFoundError:
+            return None
+
+    def exists(self, table: TableSchema | str) -> bool:
+        return DeltaTable.is_deltatable(self.table_path(table))
+
+    def ensure_table(self, table: TableSchema) -> bool:
+        if self.exists(table):
+            return False
+        Path(self.table_path(table)).mkdir(parents=True, exist_ok=True)
+        try:
+            DeltaTable.create(self.table_path(table), schema=arrow_schema(table), mode="ignore",
+                              name=target_table_name(table))
+        except Exception as e:   # noqa: BLE001 - a type Delta cannot hold: named, never mapped lossily
+            raise ValueError(f"{table.qualified}: its columns cannot be a Delta table exactly: {e}") from e
+        log.info("created Delta table %s", self.table_path(table))
+        return True
+
+    def columns(self, table: TableSchema | str) -> list[str]:
+        dt = self._open(table)
+        return [f.name for f in dt.schema().fields] if dt is not None else []
+
+    def drop_table(self, table: TableSchema) -> None:
+        """Empty the table in ``table``'s shape (a quarantined table rebuilt): one overwrite
+        commit, so its earlier versions stay readable (time travel), not a deleted directory."""
+        dt = self._open(table)
+        if dt is not None:
+            write_deltalake(dt, arrow_schema(table).empty_table(), mode="overwrite", schema_mode="overwrite")
+
+    def drop_all(self) -> list[str]:
+        root = Path(self.root)
+        names = sorted(p.name for p in root.iterdir() if DeltaTable.is_deltatable(str(p))) if root.is_dir() else []
+        for n in names:
+            shutil.rmtree(root / n, ignore_errors=True)
+        return names
+
+    def count(self, table: TableSchema | str) -> int:
+        return self._open(table).to_pyarrow_dataset().count_rows()
+
+    def read(self, table: TableSchema | str) -> pa.Table:
+        """The current-state table as Arrow (verification, tests)."""
+        return self._open(table).to_pyarrow_table()
+
+    def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]:
+        names = table.column_names + ([POS_COLUMN] if with_pos else [])
+        data = self.read(table).select(names)
+        return data.sort_by([(k, "ascending") for k in table.key]).to_pylist()
+
+    # -- the applied position ----------------------------------------------------------
+    def _applied(self, dt: DeltaTable, source: str) -> Position | None:
+        key, limit = _APPLIED + source, 64
+        while True:
+            history = dt.history(limit)
+            for commit in history:   # newest first
+                if key in commit:
+                    return Position.decode(commit[key]) if commit[key] else None
+            if len(history) < limit:
+                return None
+            limit *= 8
+
+    def applied_pos(self, source: str, table: TableSchema | str) -> Position | None:
+        dt = self._open(table)
+        return self._applied(dt, source) if dt is not None else None
+
+    @staticmethod
+    def _commit(source: str, pos: Position | None) -> CommitProperties:
+        return CommitProperties(custom_metadata={_APPLIED + source: pos.encode() if pos else ""})
+
+    def advance_applied(self, source: str, table: TableSchema | str, pos: Position,
+                        evolve: tuple | None = None) -> bool:
+        dt = self._open(table)
+        applied = self._applied(dt, source)
+        if applied is not None and pos <= applied:
+            return False
+        if evolve is not None:
+            self._evolve(dt, evolve, source, pos)
+        else:   # a commit with no rows: only the position moves
+            write_deltalake(dt, pa.schema(dt.schema().to_arrow()).empty_table(), mode="append",
+                            commit_properties=self._commit(source, pos))
+        return True
+
+    def reset_applied(self, source: str, table: TableSchema | str) -> None:
+        dt = self._open(table)
+        if dt is not None and self._applied(dt, source) is not None:
+            write_deltalake(dt, pa.schema(dt.schema().to_arrow()).empty_table(), mode="append",
+                            commit_properties=self._commit(source, None))
+
+    def _evolve(self, dt: DeltaTable, evolve: tuple, source: str, pos: Position) -> None:
+        ev, new = evolve
+        data = evolved(dt.to_pyarrow_table(), ev, new, arrow_schema(new))
+        write_deltalake(dt, data, mode="overwrite", schema_mode="overwrite",
+                        commit_properties=self._commit(source, pos))
+        log.info("Delta table %s: %s", dt.table_uri, ev.describe())
+
+    # -- writes --------------------------------------------------------------------------
+    def merge_batch(self, table: TableSchema, pages: pa.Table | Iterable[pa.Table], source: str,
+                    new_pos: Position, run_id: str, evolve: tuple | None = None) -> MergeResult:
+        import time
+        t0 = time.monotonic()
+        dt = self._open(table)
+        applied = self._applied(dt, source)
+        names = table.column_names + [POS_COLUMN, OP_COLUMN]
+        data = pages if isinstance(pages, pa.Table) else pa.concat_tables(list(pages))
+        if applied is not None and new_pos <= applied:   # the batch is in already (a replay): no commit
+            return MergeResult(stale=data.num_rows, staged=data.num_rows)
+        target_schema = pa.schema(dt.schema().to_arrow())
+        data = data.select(names).cast(pa.schema([target_schema.field(n) for n in names]))
+        if applied is not None:   # below the position: applied already
+            data = data.filter(pc.greater_equal(data[POS_COLUMN], applied.encode()))
+        t1 = time.monotonic()
+        match = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in table.key)
+        newer = f"s.{_q(POS_COLUMN)} > t.{_q(POS_COLUMN)}"
+        is_delete = f"s.{_q(OP_COLUMN)} = '{_DELETE}'"
+        cols = {_q(n): f"s.{_q(n)}" for n in names}
+        # the position moves with the rows, unless a change of shape follows (then with it)
+        moved = evolve is None
+        metrics = (dt.merge(data, predicate=match, source_alias="s", target_alias="t",
+                            commit_properties=self._commit(source, new_pos if moved else applied))
+                   .when_matched_delete(predicate=f"{is_delete} AND {newer}")
+                   .when_matched_update(updates=cols, predicate=f"NOT ({is_delete}) AND {newer}")
+                   .when_not_matched_insert(updates=cols, predicate=f"NOT ({is_delete})")
+                   .execute())
+        if evolve is not None:
+            self._evolve(DeltaTable(self.table_path(table)), evolve, source, new_pos)
+            moved = True
+        ins, upd, dele = (int(metrics.get(k, 0)) for k in
+                          ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted"))
+        staged = data.num_rows
+        res = MergeResult(inserted=ins, updated=upd, deleted=dele, stale=staged - ins - upd - dele, staged=staged,
+                          checkpoint_moved=moved, stage_s=t1 - t0, merge_s=time.monotonic() - t1)
+        log.info("merged %d rows into Delta table %s: %s", staged, self.table_path(table), res)
+        return res
+
+    def delete_orphans(self, table: TableSchema, source: str, keep: pa.Table, below: Position,
+                       until: Position, in_source=None) -> int | None:
+        """The sweep of a full dump (engine/sweep.py): rows below ``below`` whose key is not in
+        ``keep`` and not in the source now, deleted in one commit, once every event below
+        ``until`` is applied (a commit racing it fails and the sweep is run again)."""
+        dt = self._open(table)
+        applied = self._applied(dt, source) if dt is not None else None
+        if applied is None or applied < until:
+            return None
+        key = list(table.key)
+        rows = dt.to_pyarrow_table(columns=key + [POS_COLUMN])
+        rows = rows.filter(pc.less(rows[POS_COLUMN], below.encode())).select(key)
+        keep = keep.select(key).cast(rows.schema)
+        gone = rows.join(keep, key, join_type="left anti")
+        candidates = [tuple(r[k] for k in key) for r in gone.to_pylist()]
+        if candidates and in_source is not None:
+            there = in_source(candidates)
+            candidates = [k for k in candidates
+                          if tuple(comparable_key(t, v) for t, v in zip(table.key_types, k)) not in there]
+        if not candidates:
+            return 0
+        gone = pa.table({k: to_arrow(t, [c[i] for c in candidates]) for i, (k, t) in
+                         enumerate(zip(key, table.key_types))}).cast(rows.schema)
+        gone = gone.append_column(POS_COLUMN, pa.array([below.encode()] * gone.num_rows, pa.string()))
+        match = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in key)
+        metrics = (dt.merge(gone, predicate=match, source_alias="s", target_alias="t",
+                            commit_properties=self._commit(source, applied))
+                   .when_matched_delete(predicate=f"t.{_q(POS_COLUMN)} < s.{_q(POS_COLUMN)}")
+                   .execute())
+        return int(metrics.get("num_target_rows_deleted", 0))
