@@ -166,3 +166,18 @@ def test_a_truncate_and_a_quarantine_release_on_a_delta_table_keep_time_travel(s
     # the version before the truncate still reads the 30 rows (time travel)
     old = DeltaTable(target.table_path(schema), version=before).to_pyarrow_table()
     assert old.num_rows == 30
+
+
+@pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)
+def test_the_spark_apply_path_merges_into_a_delta_table_as_the_local_one_does(src_db, make_cdc):
+    """A big batch (a full dump's snapshot) goes through spark-submit: Spark reduces it to
+    the latest event per key and the driver hands the pages to the same merge."""
+    cdc = _setup(src_db, make_cdc, rows=2000)
+    _dump(cdc, DumpSpec("table", [f"{cdc.db}.t"]))
+    with src_db.cursor() as cur:
+        cur.execute("UPDATE t SET v = -v WHERE id % 3 = 0")
+        cur.execute("DELETE FROM t WHERE id % 7 = 0")
+    cdc.drain()
+    res = cdc.apply_spark("lake")
+    assert res["tables"][f"{cdc.db}.t"]["status"] == "applied", res
+    cdc.assert_equal("t", target="lake")

@@ -187,13 +187,20 @@ class DeltaTarget:   # implements targets.base.Target
         dt = self._open(table)
         applied = self._applied(dt, source)
         names = table.column_names + [POS_COLUMN, OP_COLUMN]
-        data = pages if isinstance(pages, pa.Table) else pa.concat_tables(list(pages))
         if applied is not None and new_pos <= applied:   # the batch is in already (a replay): no commit
-            return MergeResult(stale=data.num_rows, staged=data.num_rows)
+            return MergeResult()
         target_schema = pa.schema(dt.schema().to_arrow())
-        data = data.select(names).cast(pa.schema([target_schema.field(n) for n in names]))
-        if applied is not None:   # below the position: applied already
-            data = data.filter(pc.greater_equal(data[POS_COLUMN], applied.encode()))
+        want = pa.schema([target_schema.field(n) for n in names])
+        staged = [0]
+
+        def batches():   # the pages streamed into the merge, never one table in memory
+            for page in ([pages] if isinstance(pages, pa.Table) else pages):
+                page = page.select(names).cast(want)
+                if applied is not None:   # below the position: applied already
+                    page = page.filter(pc.greater_equal(page[POS_COLUMN], applied.encode()))
+                staged[0] += page.num_rows
+                yield from page.to_batches()
+        data = pa.RecordBatchReader.from_batches(want, batches())
         t1 = time.monotonic()
         match = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in table.key)
         newer = f"s.{_q(POS_COLUMN)} > t.{_q(POS_COLUMN)}"
@@ -212,7 +219,7 @@ class DeltaTarget:   # implements targets.base.Target
             moved = True
         ins, upd, dele = (int(metrics.get(k, 0)) for k in
                           ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted"))
-        staged = data.num_rows
+        staged = staged[0]
         res = MergeResult(inserted=ins, updated=upd, deleted=dele, stale=staged - ins - upd - dele, staged=staged,
                           checkpoint_moved=moved, stage_s=t1 - t0, merge_s=time.monotonic() - t1)
         log.info("merged %d rows into Delta table %s: %s", staged, self.table_path(table), res)
