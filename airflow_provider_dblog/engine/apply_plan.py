@@ -32,7 +32,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .config import Config, SourceConfig, TargetConfig
-from .errors import SourceUnavailableError, TargetUnavailableError, UnknownTableError
+from .errors import (NoPrimaryKeyError, SourceSetupError, SourceUnavailableError, TargetUnavailableError,
+                     UnknownTableError)
 from .events import DELETE
 from .positions import Position
 from .retry import Retrier, count_retry, redis_is_transient
@@ -62,7 +63,8 @@ def load_schemas(scfg: SourceConfig, tables: list[str], schema_file: str = "",
     if given, else asked from the source; the source away: asked again with backoff for up
     to ``retry_for_s`` (``apply.retry_for_s``: an apply outlives a source restart too). A
     table gone from the source (renamed away, dropped: the tail quarantined it) takes the
-    latest shape the tail recorded in ``store``, so that it stops only itself."""
+    latest shape the tail recorded in ``store``, so that it stops only itself; so does one
+    the catalog cannot give (a column of a type no target holds, no key any more)."""
     if schema_file:
         with open(schema_file) as f:
             raw = json.load(f)
@@ -77,7 +79,7 @@ def load_schemas(scfg: SourceConfig, tables: list[str], schema_file: str = "",
     def schema(t: str) -> TableSchema:
         try:
             return source.table_schema(t)
-        except UnknownTableError:
+        except (UnknownTableError, SourceSetupError, NoPrimaryKeyError):
             versions = store.schema_versions(t) if store is not None else []
             if not versions:
                 raise
@@ -326,10 +328,9 @@ def with_sweep(result: dict, target, target_name: str, store, state, source_cfg:
 
 # -- a run's tables, riding out outages ---------------------------------------------------
 def target_label(tcfg: TargetConfig) -> str:
-    ep = tcfg.endpoint
-    if ep is None:   # a lake target
-        return f"target {tcfg.name} ({tcfg.kind} {tcfg.path})"
-    return f"target {tcfg.name} ({tcfg.kind} {ep.host}:{ep.port}/{ep.database or 'postgres'})"
+    ep = tcfg.endpoint   # None: a lake target, named by its path
+    where = tcfg.path if ep is None else f"{ep.host}:{ep.port}/{ep.database or 'postgres'}"
+    return f"target {tcfg.name} ({tcfg.kind} {where})"
 
 
 def target_retrier(target, tcfg: TargetConfig, state, retry_for_s: float) -> Retrier:

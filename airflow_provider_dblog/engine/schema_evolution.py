@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 from .arrow_values import decode_row
 from .logical_types import DECIMAL_TYPE, NUMERIC_TYPE
+from .mysql_widening import mysql_widens
 from .schema import TableSchema
 
 EVOLVE, LENIENT, IGNORE, FAIL = "evolve", "lenient", "ignore", "fail"
@@ -154,7 +155,7 @@ def evolution(old: TableSchema, new: TableSchema, behaviour: str = EVOLVE,
               defaults: dict[str, object] | None = None,
               renamed: list[tuple[str, str]] | tuple = (), fill_values: str = "",
               truncated: bool = False, native: dict[str, tuple[str, str]] | None = None,
-              recreated: tuple[str, ...] | list = ()) -> Evolution:
+              recreated: tuple[str, ...] | list = (), mysql_native: bool = False, strict: bool = True) -> Evolution:
     """How the targets take the change from ``old`` to ``new`` under ``behaviour``.
     ``defaults``: the new columns' defaults as the source reports them (a default gives
     existing rows a value no event carries); ``renamed``: (old, new) column names the
@@ -163,7 +164,9 @@ def evolution(old: TableSchema, new: TableSchema, behaviour: str = EVOLVE,
     the table was emptied there (TRUNCATE: the target is emptied too under ``evolve``;
     ``lenient`` and ``ignore`` keep its rows); ``native``: {column: (old, new)} source types
     with their modifiers where they differ (PostgreSQL); ``recreated``: columns dropped and
-    added again under their name (:func:`recreated_columns`)."""
+    added again under their name (:func:`recreated_columns`); ``mysql_native``: those types
+    are MariaDB/MySQL's (engine/mysql_widening.py), changed by a statement run in ``strict``
+    mode or not (without it, a column made NOT NULL turned NULLs into values, unlogged)."""
     if behaviour not in BEHAVIOURS:
         raise ValueError(f"schema_changes must be one of {', '.join(BEHAVIOURS)}, not {behaviour!r}")
     defaults = defaults or {}
@@ -198,11 +201,20 @@ def evolution(old: TableSchema, new: TableSchema, behaviour: str = EVOLVE,
         if n in recreated or n not in new_cols:
             continue
         t = new_cols[n].type
+        if c.nullable and not new_cols[n].nullable and not strict:
+            problems.append(f"column {n} was made NOT NULL by a statement run without strict mode: its NULLs "
+                            "became values at the source without row events")
         if t == c.type and n not in native:
             continue
-        # the same logical type: the source's own types (modifiers) say whether values were kept
-        if not (widens(c.type, t) if t != c.type else native_widens(*native[n])):
-            was, now = native[n] if n in native and (t == c.type or c.type.startswith("text:")) else (c.type, t)
+        # the source's own types (modifiers) say whether values were kept
+        if mysql_native:
+            kept = mysql_widens(*native[n], strict) if n in native else None
+            ok = kept is not False and (widens(c.type, t) if t != c.type else True)
+        else:
+            ok = widens(c.type, t) if t != c.type else native_widens(*native[n])
+        if not ok:
+            was, now = native[n] if n in native and (t == c.type or c.type.startswith("text:") or mysql_native) \
+                else (c.type, t)
             problems.append(f"column {n} changed type from {was} to {now} (not a widening: values "
                             "may have changed at the source without row events)")
         elif t == c.type:
@@ -252,9 +264,10 @@ def renames(old_version: dict, new_version: dict, ddl_renamed: list | tuple = ()
 
 def native_changes(old_version: dict, new_version: dict) -> dict[str, tuple[str, str]]:
     """{column: (old, new)} of the columns whose source type with its modifier differs
-    between two versions, where the source records it (PostgreSQL's ``formatted``)."""
-    old = {n["name"]: n.get("formatted") for n in old_version.get("native") or ()}
-    new = {n["name"]: n.get("formatted") for n in new_version.get("native") or ()}
+    between two versions, where the source records it (PostgreSQL's ``formatted``,
+    MariaDB/MySQL's ``column_type``)."""
+    old = {n["name"]: n.get("formatted") or n.get("column_type") for n in old_version.get("native") or ()}
+    new = {n["name"]: n.get("formatted") or n.get("column_type") for n in new_version.get("native") or ()}
     return {c: (old[c], new[c]) for c in old if old[c] and new.get(c) and old[c] != new[c]}
 
 
@@ -272,7 +285,9 @@ def version_evolution(previous: dict, version: dict) -> Evolution:
     return evolution(TableSchema.from_dict(previous["schema"]), TableSchema.from_dict(version["schema"]),
                      version.get("behaviour", EVOLVE), (version.get("extra") or {}).get("defaults"),
                      version.get("renamed") or (), version.get("fill", ""), bool(version.get("truncated")),
-                     native_changes(previous, version), recreated_columns(previous, version))
+                     native_changes(previous, version), recreated_columns(previous, version),
+                     mysql_native=any("column_type" in n for n in version.get("native") or ()),
+                     strict=not version.get("non_strict"))
 
 
 def added_with_values(old: TableSchema, new: TableSchema, defaults: dict, renamed) -> list[str]:

@@ -103,7 +103,8 @@ class TableShapes:
             return
         behaviour = self.source.config.schema_changes_for(t)
         renamed = renames(previous, version, change.renamed) if previous else []
-        version = version | {"behaviour": behaviour, "renamed": [list(p) for p in renamed]}
+        version = version | {"behaviour": behaviour, "renamed": [list(p) for p in renamed]} | (
+            {"non_strict": True} if change.non_strict else {})
         if previous and behaviour in (EVOLVE, LENIENT):
             version |= self._fill_values(t, previous, version)
         ev = version_evolution(previous, version) if previous else Evolution(behaviour)

@@ -68,7 +68,7 @@ def _source_rows(cfg: SourceConfig, table: TableSchema) -> Iterator[tuple]:
                                     dbname=e.database, options=pg_options())
             cur = conn.cursor(name="dblog_verify_source")
             cur.itersize = 20_000
-            cur.execute(f"SELECT {select_list} FROM {quote_table(table.qualified)}")
+            cur.execute(f"SELECT {select_list} FROM ONLY {quote_table(table.qualified)}")
         try:
             for row in cur:
                 yield tuple(source.to_logical(native[c], v) for c, v in zip(table.column_names, row))

@@ -181,3 +181,44 @@ def test_the_spark_apply_path_merges_into_a_delta_table_as_the_local_one_does(sr
     res = cdc.apply_spark("lake")
     assert res["tables"][f"{cdc.db}.t"]["status"] == "applied", res
     cdc.assert_equal("t", target="lake")
+
+
+def test_a_full_dump_sweeps_orphans_from_a_delta_table_and_nothing_else(src_db, make_cdc):
+    """Rows only the Delta table holds (lost by the source without a log event, or put
+    there by someone) leave it with a full dump's sweep (engine/sweep.py), one commit;
+    a composite key too; the source's rows stay."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from airflow_provider_dblog.engine.positions import Position
+    from airflow_provider_dblog.engine.apply import run_apply
+    with src_db.cursor() as cur:
+        src_db.create_table(cur, "ol", "o INT NOT NULL, line VARCHAR(8) NOT NULL, qty INT, PRIMARY KEY (o, line)")
+        cur.execute("INSERT INTO ol VALUES (1, 'L1', 1), (1, 'L2', 2), (2, 'L1', 3)")
+        src_db.create_table(cur, "t", "id INT PRIMARY KEY, v INT, s VARCHAR(40), d DECIMAL(10,2)")
+        cur.execute("INSERT INTO t (id, v, s, d) VALUES " + ", ".join(f"({i}, {i}, 'row {i}', {i}.5)"
+                                                                   for i in range(1, 41)))
+    cdc = make_cdc(["t", "ol"], lake=True)
+    cdc.start_tail()
+    _dump(cdc, DumpSpec("all", []))
+    cdc.drain()
+    with src_db.cursor() as cur:
+        cur.execute("DELETE FROM t WHERE id = 7")   # its ghost below comes back after its delete
+    cdc.drain()
+    run_apply(cdc.cfg, "lake", via="local")
+    target = open_target(cdc.cfg.target("lake"))
+    old = Position(0, 1, 0).encode()
+    for table, ghost in (("t", {"id": [10**6, 7], "v": [0, 0], "s": ["ghost", "ghost"], "d": [None, None]}),
+                         ("ol", {"o": [1], "line": ["L9"], "qty": [0]})):
+        schema = cdc.source.table_schema(f"{cdc.db}.{table}")
+        dt = DeltaTable(target.table_path(schema))
+        arrow = pa.schema(dt.schema().to_arrow())
+        rows = pa.table(ghost | {"_dblog_pos": [old] * len(ghost[next(iter(ghost))]),
+                                 "_dblog_op": ["insert"] * len(ghost[next(iter(ghost))])})
+        write_deltalake(dt, rows.cast(pa.schema([arrow.field(n) for n in rows.column_names])), mode="append")
+    assert not cdc.compare("t", "lake").equal
+    _dump(cdc, DumpSpec("all", []))
+    cdc.drain()
+    result = run_apply(cdc.cfg, "lake", via="local")
+    assert result["tables"][f"{cdc.db}.t"]["orphans_deleted"] == 2, result
+    assert result["tables"][f"{cdc.db}.ol"]["orphans_deleted"] == 1, result
+    cdc.assert_equal("t", "ol", target="lake")

@@ -787,10 +787,13 @@ def test_a_type_change_and_a_key_change_are_schema_changes(mysql_db, make_source
     assert [(e.key, e.after) for e in rows] == [((1,), {"id": 1, "v": "x"}), (("y",), {"id": 2, "v": "y"})]
 
 
-def test_a_catalog_past_the_log_breaks_only_that_table_and_reading_goes_on(mysql_db, make_source):
-    """Read from before two ALTERs, the catalog already has both: the rows between them
-    do not match it. Rather than misread them, the reader breaks the table at the first
-    (its targets stop there until a re-dump), skips them, and reads its rows again once
+@pytest.mark.parametrize("kept_create", [True, False], ids=["shape-computed", "no-create-kept"])
+def test_a_catalog_past_the_log_is_computed_or_breaks_only_that_table(mysql_db, make_source, kept_create):
+    """Read from before two ALTERs, the catalog already has both: the shape after the first
+    is computed on a scratch copy of the table as it was (shape_replay.py), and the rows
+    between are read in it. Where no copy can be made (a version recorded before versions
+    kept SHOW CREATE TABLE), the reader breaks the table at the first (its targets stop
+    there until a re-dump), skips the rows that do not match, and reads its rows again once
     they match; another table's rows are read throughout."""
     t, o = f"{mysql_db}.t", f"{mysql_db}.o"
     run(f"CREATE TABLE `{mysql_db}`.t (id INT PRIMARY KEY, v INT)")
@@ -799,6 +802,8 @@ def test_a_catalog_past_the_log_breaks_only_that_table_and_reading_goes_on(mysql
     src.ensure_watermark_table()
     src.table_schema(t)
     src.table_schema(o)
+    if not kept_create:
+        src._creates[t] = ""
     _, resume = src.current_resume()
     run(f"ALTER TABLE `{mysql_db}`.t ADD COLUMN w INT")
     run(f"INSERT INTO `{mysql_db}`.t VALUES (1, 1, 1)")
@@ -809,12 +814,19 @@ def test_a_catalog_past_the_log_breaks_only_that_table_and_reading_goes_on(mysql
     run(f"INSERT INTO `{mysql_db}`.o VALUES (2)")
     src.write_watermark("after")
     items = read_until(src, resume, until_mark("after"))
-    # broken at the first ALTER already: the catalog holds a column the statement did not add
     broken = [it for it in items if isinstance(it, TableBroken)]
-    assert {b.table for b in broken} == {t} and "catalog is already past the ALTER" in broken[0].why
     rows = [(it.event.table, it.event.key) for it in items if isinstance(it, RowChange)]
+    changes = [it.pos for it in items if isinstance(it, SchemaChange)]
+    if kept_create:
+        assert broken == [] and len(changes) == 2
+        assert rows == [(t, (1,)), (o, (1,)), (t, (2,)), (t, (3,)), (o, (2,))]
+        first = next(it for it in items if isinstance(it, RowChange) and it.event.key == (1,))
+        assert set(first.event.after) == {"id", "v", "w"}    # read in the shape after the first ALTER only
+        return
+    # broken at the first ALTER already: the catalog holds a column the statement did not add
+    assert {b.table for b in broken} == {t} and "catalog is already past the ALTER" in broken[0].why
     assert rows == [(o, (1,)), (t, (3,)), (o, (2,))]
-    assert [it.pos for it in items if isinstance(it, SchemaChange)][0] == broken[0].pos
+    assert changes[0] == broken[0].pos
 
 
 @pytest.mark.parametrize("ddl", ["TRUNCATE TABLE `{db}`.t", "DROP TABLE `{db}`.t",

@@ -52,6 +52,7 @@ class SchemaChange:
     table: str
     pos: Position
     renamed: tuple[tuple[str, str], ...] = ()
+    non_strict: bool = False   # MySQL/MariaDB: the statement ran without strict mode
 
 
 @dataclass(frozen=True)

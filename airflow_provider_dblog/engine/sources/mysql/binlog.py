@@ -70,10 +70,9 @@ class BinlogReader:
                  watermark_table: str, resume: dict,
                  refresh: Callable[[str], CapturedTable] | None = None):
         """``refresh(table)``: the table's shape read again from the catalog, after an
-        ALTER TABLE of it (then SchemaChange is given out at the statement's position)."""
-        self.settings = settings
-        self.tables = tables
-        self.refresh = refresh
+        ALTER TABLE of it (then SchemaChange is given out at the statement's position);
+        ``replay(statement, old)``, set after: the shape after an ALTER past which the catalog is."""
+        self.settings, self.tables, self.refresh, self.replay = settings, tables, refresh, None
         self.watermark_table = watermark_table
         self.file = str(resume["file"])
         self.file_no = binlog_file_number(self.file)
@@ -224,7 +223,7 @@ class BinlogReader:
                 db = (ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes)
                       else str(ev.schema or ""))
                 pos = Position(self.file_no, offset, 0)
-                for statement in read_statement(str(ev.query), db, list(self.tables)):
+                for statement in read_statement(str(ev.query), db, list(self.tables), getattr(ev, "sql_mode", None)):
                     yield from self._on_statement(statement, pos)
             if q == "ROLLBACK":
                 self._roll_back(0, whole=True)
@@ -258,14 +257,18 @@ class BinlogReader:
                 yield TableBroken(st.table, pos, f"its shape could not be read after an ALTER TABLE at binlog "
                                                  f"position {pos} ({e})")
             return
+        past = catalog_past_statement(old, new, st) if st.effect == ALTERED else ""
+        if past and self.replay is not None:   # computed by the server on a scratch copy (shape_replay.py)
+            again = self.replay(st, old)
+            if again is not None and not catalog_past_statement(old, again, st):
+                new, past = again, ""
         self.tables[st.table] = new
         self.converters.pop(st.table, None)
         self.logged_shapes.pop(st.table, None)
         self.unreadable.discard(st.table)
-        past = catalog_past_statement(old, new, st) if st.effect == ALTERED else ""
         if st.effect == ALTERED or (new.schema, new.native) != (old.schema, old.native):
             # the version from here (a break: the shape its targets are rebuilt in)
-            yield SchemaChange(st.table, pos, st.altered.renamed if st.altered and not past else ())
+            yield SchemaChange(st.table, pos, st.altered.renamed if st.altered and not past else (), not st.strict)
         if st.effect == BROKEN:
             yield TableBroken(st.table, pos, f"{st.why} at binlog position {pos}")
         elif past:

@@ -20,6 +20,7 @@ class CapturedTable:
     native: dict[str, NativeColumn]
     transactional: bool   # its engine rolls back (see catalog.TRANSACTIONAL_ENGINES)
     defaults: dict[str, str] = field(default_factory=dict)   # catalog.CatalogTable.defaults
+    create: str = ""   # its SHOW CREATE TABLE (catalog.CatalogTable.create)
 
 
 def catalog_past_statement(old: CapturedTable, new: CapturedTable, st: TableStatement) -> str:

@@ -10,6 +10,7 @@ import pymysql
 
 from ...errors import SourceSetupError, UnknownTableError
 from ...schema import Column, TableSchema
+from .sql import quote_table
 from .types import (NativeColumn, add_decode_table, bit_length, check_charset, has_decode_table,
                     logical_type, set_members)
 
@@ -34,6 +35,9 @@ class CatalogTable:
     # text) or GENERATED (engine/schema_history.py: such a column added has values no
     # row event carries)
     defaults: dict[str, str]
+    # SHOW CREATE TABLE as the columns were read ("" if it changed meanwhile): where the
+    # shape after a later ALTER can be computed from (shape_replay.py)
+    create: str = ""
 
 
 def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -> CatalogTable:
@@ -47,6 +51,7 @@ def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -
     if kind[0][0] != "BASE TABLE":
         raise UnknownTableError(f"{table} is a {kind[0][0].lower()}, not a table: only base "
                                 "tables have row events in the binlog")
+    create = show_create(query, table)
     cols = query(
         "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, "
         "NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_OCTET_LENGTH, CHARACTER_SET_NAME, "
@@ -85,7 +90,13 @@ def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -
         schema = TableSchema(db, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
     except ValueError as e:   # its columns and its key read apart while a DDL ran between
         raise SourceSetupError(f"the shape of {table} could not be read consistently ({e})") from None
-    return CatalogTable(schema, native, str(kind[0][1] or "").lower(), defaults)
+    return CatalogTable(schema, native, str(kind[0][1] or "").lower(), defaults,
+                        create if show_create(query, table) == create else "")
+
+
+def show_create(query: Query, table: str) -> str:
+    rows = query(f"SHOW CREATE TABLE {quote_table(table)}")
+    return str(rows[0][1]) if rows else ""
 
 
 def _json_check_columns(query: Query, db: str, name: str) -> set[str]:

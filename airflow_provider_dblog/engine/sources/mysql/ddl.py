@@ -18,6 +18,7 @@ PARTITIONING) leave the table altered; any other breaks it, naming the statement
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
+from ...mysql_widening import strict
 from .sql import unquote_ident
 
 # sqlglot warns on every statement it falls back to a Command for: we read those ourselves
@@ -63,6 +65,9 @@ class TableStatement:
     effect: str                 # ALTERED | TRUNCATED | BROKEN
     why: str = ""               # BROKEN: what happened to the table's rows
     altered: Altered | None = None
+    query: str = ""             # the statement's text, and the database it ran in
+    db: str = ""
+    strict: bool = True         # run in strict mode (without: values may have been converted)
 
 
 def _name(table: exp.Table, default_db: str) -> str:
@@ -297,9 +302,16 @@ def _other_object(head: list[str]) -> bool:
     return len(head) > 1 and head[0] in ("CREATE", "DROP", "ALTER") and head[1] in _OTHER_OBJECTS
 
 
-def read_statement(query: str, default_db: str, tables: Sequence[str]) -> list[TableStatement]:
-    """What the statement (run with ``default_db`` as its database) does to each of
-    ``tables`` ("db.table") it touches; [] for those it leaves alone."""
+def read_statement(query: str, default_db: str, tables: Sequence[str],
+                   sql_mode: int | None = None) -> list[TableStatement]:
+    """What the statement (run with ``default_db`` as its database and ``sql_mode``, its
+    binlog event's) does to each of ``tables`` ("db.table") it touches; [] for those it
+    leaves alone."""
+    return [dataclasses.replace(s, query=str(query), db=default_db, strict=strict(sql_mode))
+            for s in _read_statement(query, default_db, tables)]
+
+
+def _read_statement(query: str, default_db: str, tables: Sequence[str]) -> list[TableStatement]:
     text = str(query)
     tokens = _tokens(text)
     if len(tokens) > 2 and tokens[0].text.upper() == "ALTER" and tokens[1].text.upper() in ("ONLINE", "IGNORE"):

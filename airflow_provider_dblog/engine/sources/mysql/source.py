@@ -13,6 +13,8 @@ YEAR and BIT(n>1) as integers.
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
@@ -30,8 +32,11 @@ from .binlog import BinlogReader, CapturedTable, StreamSettings, binlog_file_num
 from .catalog import LITERAL_DEFAULT, TRANSACTIONAL_ENGINES, load_decode_tables, read_table
 from .convert import key_sql_value, to_logical
 from .jdbc import SESSION_TIME_ZONE, jdbc_connection, jdbc_table
+from .shape_replay import replay_alter, scratch_name_in
 from .sql import BoundParams, key_predicate, quote_ident, quote_table, sql_literal
 from .types import NativeColumn, needs_expr, select_expr, text_parsed
+
+log = logging.getLogger(__name__)
 
 # what each table problem of ``check`` is fixed by
 class MySQLSource(SqlSource):
@@ -53,6 +58,7 @@ class MySQLSource(SqlSource):
         super().__init__(config)
         self._engines: dict[str, str] = {}
         self._defaults: dict[str, dict[str, str]] = {}
+        self._creates: dict[str, str] = {}   # SHOW CREATE TABLE with the shape (shape_replay.py)
 
     def __repr__(self) -> str:
         ep = self.config.endpoint
@@ -139,13 +145,16 @@ class MySQLSource(SqlSource):
         self._native[table] = found.native
         self._engines[table] = found.engine
         self._defaults[table] = found.defaults
+        self._creates[table] = found.create
 
     def _table_extra(self, table: str) -> dict:
-        return {"engine": self._engines.get(table), "defaults": self._defaults.get(table, {})}
+        return {"engine": self._engines.get(table), "defaults": self._defaults.get(table, {}),
+                "create": self._creates.get(table, "")}
 
     def _adopt_extra(self, table: str, extra: dict) -> None:
         self._engines[table] = extra.get("engine")
         self._defaults[table] = dict(extra.get("defaults") or {})
+        self._creates[table] = str(extra.get("create") or "")
 
     def added_column_fill(self, table: str, column: str) -> tuple[bool, Any]:
         """What rows that existed when ``column`` was added hold in it: (True, value) for a
@@ -156,13 +165,18 @@ class MySQLSource(SqlSource):
             return False, (f"its default {default} is not a constant" if default is not None
                            else "it is NOT NULL without a default (existing rows hold an implicit value)")
         native, q = self.native_columns(table)[column], quote_ident(column)
-        try:
-            rows = self._query(f"SELECT {select_expr(native)} FROM (SELECT DEFAULT({q}) AS {q} "
-                               f"FROM {quote_table(table)} LIMIT 1) AS d")
+        db, _, name = table.partition(".")
+        try:   # with the catalog's default in the same statement: changed since the ALTER, it is not this one
+            expr, q, tbl = (t.replace("%", "%%") for t in (select_expr(native), q, quote_table(table)))
+            rows = self._query(f"SELECT {expr}, (SELECT COLUMN_DEFAULT FROM information_schema.COLUMNS WHERE "
+                               "TABLE_SCHEMA = %s AND TABLE_NAME = %s AND COLUMN_NAME = %s) "
+                               f"FROM (SELECT DEFAULT({q}) AS {q} FROM {tbl} LIMIT 1) AS d", (db, name, column))
         except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as e:
             if e.args and e.args[0] in (1054, 1146):   # the column or table is gone since (the tail is behind)
                 return False, f"the server cannot say any more: {e.args[1]}"
             raise
+        if rows and str(rows[0][1]) != default:
+            return False, f"its default changed again (to {rows[0][1]}) before the value could be read"
         return True, to_logical(native, rows[0][0]) if rows else None
 
     def transactional(self, table: str) -> bool:
@@ -343,16 +357,39 @@ class MySQLSource(SqlSource):
         ``server_id`` defaults to the config's; concurrent readers need different ones."""
         if resume is None:
             _, resume = self.current_resume()
-        tables = {t: CapturedTable(self.table_schema(t), self.native_columns(t), self.transactional(t))
-                  for t in self.tables}
+        tables = {t: self._captured(t) for t in self.tables}
         self._decode_tables([n for c in tables.values() for n in c.native.values()])
         settings = StreamSettings(
             self.name, self.config.endpoint,
             int(server_id if server_id is not None else self.config.server_id),
             self.heartbeat_s, self.read_timeout_s)
         def refresh(table: str) -> CapturedTable:
-            schema = self.refresh_schema(table)
+            self.refresh_schema(table)
             self._decode_tables(self.native_columns(table).values())
-            return CapturedTable(schema, self.native_columns(table), self.transactional(table),
-                                 dict(self._defaults.get(table, {})))
-        yield from BinlogReader(settings, tables, self.watermark_table, resume, refresh).read(should_stop)
+            return self._captured(table)
+        reader = BinlogReader(settings, tables, self.watermark_table, resume, refresh)
+        reader.replay = self._replay
+        yield from reader.read(should_stop)
+
+    def _captured(self, table: str) -> CapturedTable:
+        return CapturedTable(self.table_schema(table), self.native_columns(table), self.transactional(table),
+                             dict(self._defaults.get(table, {})), self._creates.get(table, ""))
+
+    def _replay(self, st, old: CapturedTable) -> CapturedTable | None:
+        """The shape ``old`` has after the ALTER ``st`` (a TableStatement), computed by the
+        server on a scratch copy (shape_replay.py): the catalog is past it. Taken as the
+        table's shape here (its version records it), or None."""
+        zero_as_null = self.config.zero_dates == "null"
+        found = replay_alter(self._connect, self.namespace, st.table, old.create, st.query, st.db,
+                             lambda query, scratch: read_table(query, scratch, self.name, zero_as_null))
+        if found is None:
+            return None
+        db, _, name = st.table.partition(".")
+        with self._lock:
+            self._schemas[st.table] = dataclasses.replace(found.schema, database=db, name=name)
+            self._native[st.table], self._engines[st.table] = found.native, found.engine
+            self._defaults[st.table], self._creates[st.table] = found.defaults, scratch_name_in(found.create, st.table)
+        self._decode_tables(found.native.values())
+        log.info("%s: the catalog is past the ALTER TABLE here; its shape after it was computed on a scratch "
+                 "copy", st.table)
+        return self._captured(st.table)

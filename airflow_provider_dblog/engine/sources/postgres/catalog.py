@@ -35,15 +35,17 @@ def load_table(query: Query, table: str, source_name: str) -> tuple:
                 "f": "foreign table", "S": "sequence", "i": "index"}.get(kind, f"relkind {kind}")
         raise UnknownTableError(f"{table} is a {what}, not an ordinary table: only ordinary "
                                 "tables are captured (capture a partitioned table's partitions)")
-    # a domain is its base type with the domain's own typmod; "builtin": the type (an
-    # array's element type) is PostgreSQL's own, so a target has it too
+    # a domain is its base type with the domain's own typmod and default (a column added of
+    # it fills existing rows); "builtin": the type (an array's element type) is
+    # PostgreSQL's own, so a target has it too
     cols = query(
         "SELECT a.attname, bt.typname, "
         "format_type(bt.oid, CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END), "
         "a.attnotnull, bt.typcategory, bt.oid, a.atttypid, "
         "bt.typnamespace = 'pg_catalog'::regnamespace AND (bt.typelem = 0 OR "
         "(et.typnamespace = 'pg_catalog'::regnamespace AND et.typtype = 'b')), "
-        "a.attgenerated, pg_get_expr(d.adbin, d.adrelid), a.atttypmod, a.attnum "
+        "a.attgenerated, coalesce(pg_get_expr(d.adbin, d.adrelid), "
+        "CASE WHEN t.typtype = 'd' THEN t.typdefault END), a.atttypmod, a.attnum "
         "FROM pg_attribute a "
         "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
         "JOIN pg_type t ON t.oid = a.atttypid "

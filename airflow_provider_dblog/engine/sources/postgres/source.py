@@ -222,7 +222,7 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
 
     def max_key(self, table: TableSchema) -> tuple | None:
         desc = self._order(table, desc=True)
-        rows = self._query(table_stmt(f"SELECT {self._key_exprs(table)} FROM ", table.qualified,
+        rows = self._query(table_stmt(f"SELECT {self._key_exprs(table)} FROM ONLY ", table.qualified,
                                       f" ORDER BY {desc} LIMIT 1"))
         return self._typed_key(table, rows[0]) if rows else None
 
@@ -244,7 +244,7 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
             f"SELECT {self._key_exprs(table)}, \"__dblog_cnt\" FROM ("
             f"SELECT {keys}, row_number() OVER (ORDER BY {keys}) AS \"__dblog_rn\", "
             f"count(*) OVER () AS \"__dblog_cnt\" FROM ("
-            f"SELECT {keys} FROM ")
+            f"SELECT {keys} FROM ONLY ")
         text = (
             f" WHERE {' AND '.join(cond)} "
             f"ORDER BY {keys} LIMIT %s) AS \"__dblog_chunk\") AS \"__dblog_numbered\" "
@@ -279,7 +279,7 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
             else:
                 tuples = ["(" + ", ".join(p(v, t) for v, t in zip(k, types)) + ")" for k in batch]
                 where = f"{row_expr(table.key, bound_ident)} IN ({', '.join(tuples)})"
-            query = table_stmt(f"SELECT {self.select_list(table, bound_ident)} FROM ", table.qualified,
+            query = table_stmt(f"SELECT {self.select_list(table, bound_ident)} FROM ONLY ", table.qualified,
                                f" WHERE {where}")
             self._append_rows(table, cols, self._query(query, p.args))
         return self._arrow(table, cols)
@@ -288,7 +288,7 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         """Keys of the rows matching a user's WHERE condition (parsed strictly, values bound),
         in key order; at most ``limit`` + 1 so the caller can tell it was cut."""
         cond = parse_condition(table, condition, bound_ident)
-        query = table_stmt(f"SELECT {self._key_exprs(table)} FROM ", table.qualified,
+        query = table_stmt(f"SELECT {self._key_exprs(table)} FROM ONLY ", table.qualified,
                            f" WHERE {cond.sql} ORDER BY {self._order(table)} LIMIT {int(limit) + 1}")
         return [self._typed_key(table, row) for row in self._query(query, list(cond.params))]
 
@@ -317,21 +317,20 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         return url, props
 
     def jdbc_table(self, table: str | TableSchema) -> str:
-        """spark.read.jdbc's ``table``: the quoted ``"schema"."table"``, or a derived
-        table of it when some column is read through an expression (select_expr:
-        timestamptz, json/jsonb, uuid, time, arrays, unconstrained numeric, ...). A
+        """spark.read.jdbc's ``table``: a derived table of ``ONLY "schema"."table"`` (not
+        the rows of tables inheriting from it), some columns read through an expression
+        (select_expr: timestamptz, json/jsonb, uuid, time, arrays, unconstrained numeric). A
         key column read through an expression is also selected raw as
         ``raw_key_alias(name)``, which range_predicates use; PostgreSQL pulls the
         sub-select up, so the predicates stay index range scans. Select
         ``table.column_names`` from the result (the aliases are extra columns)."""
         schema = table if isinstance(table, TableSchema) else self.table_schema(table)
         native = self.native_columns(schema.qualified)
-        if not any(needs_expr(native[c]) for c in schema.column_names):
-            return quote_table(schema.qualified)
         exprs = [select_expr(native[c]) for c in schema.column_names]
         exprs += [f"{quote_ident(k)} AS {quote_ident(raw_key_alias(k))}"
                   for k in schema.key if needs_expr(native[k])]
-        return f"(SELECT {', '.join(exprs)} FROM {quote_table(schema.qualified)}) AS \"dblog_chunk\""
+        # ONLY: the table's own rows, never an inheriting table's (which its log does not carry)
+        return f"(SELECT {', '.join(exprs)} FROM ONLY {quote_table(schema.qualified)}) AS \"dblog_chunk\""
 
     # -- the WAL -------------------------------------------------------------------
     def current_resume(self) -> tuple[Position, dict]:
