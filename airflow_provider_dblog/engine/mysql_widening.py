@@ -7,8 +7,9 @@ fractional-second precision (DATETIME(6) -> DATETIME), a FLOAT/DOUBLE given or g
 smaller (M,D), VARCHAR into CHAR (trailing spaces stripped), BINARY padding. Others
 change values only where the statement ran without strict mode (a strict one fails
 instead): into UNSIGNED (negatives clamp), a shorter length, a smaller TEXT/BLOB, ENUM/SET
-labels removed. ``True``: kept; ``False``: may have changed; ``None``: the logical type
-decides (integer display widths, ZEROFILL, a DECIMAL's digits). Nothing here imports Airflow.
+labels removed, any change between text types, ENUM and SET. ``True``: kept; ``False``:
+may have changed (also any other change of the kind of type); ``None``: the logical type
+decides (integer display widths, ZEROFILL, a DECIMAL's digits, FLOAT into DOUBLE). Nothing here imports Airflow.
 """
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ _LENGTH = re.compile(r"(varchar|char|varbinary|binary|bit)\((\d+)\)")
 _LOB = {f"{size}{kind}": i for kind in ("text", "blob")
         for i, size in enumerate(("tiny", "", "medium", "long"))}
 _LABELS = re.compile(r"(enum|set)\((.*)\)")
+_DECIMAL = re.compile(r"decimal\(\d+,\d+\)( unsigned)?( zerofill)?")
+
+
+def _text_family(t: str) -> bool:
+    return bool(re.fullmatch(r"(var)?char\(\d+\)|(tiny|medium|long)?text|(enum|set)\(.*\)", t))
 
 
 def strict(sql_mode: int | None) -> bool:
@@ -64,4 +70,8 @@ def mysql_widens(old: str, new: str, strict_mode: bool = True) -> bool | None:
     o, n = _LABELS.fullmatch(old), _LABELS.fullmatch(new)
     if o and n and o.group(1) == n.group(1):
         return set(_labels(o.group(2))) <= set(_labels(n.group(2))) or strict_mode
-    return None
+    if _DECIMAL.fullmatch(old) and _DECIMAL.fullmatch(new):
+        return None
+    if _text_family(old) and _text_family(new):
+        return strict_mode   # between text types, ENUM and SET: a value that does not fit fails or converts
+    return False   # another kind of type under the same logical one: not known to keep values
