@@ -107,7 +107,7 @@ def test_a_replayed_batch_changes_neither_rows_nor_version_and_the_position_move
     path = target.table_path(schema)
     version, rows = DeltaTable(path).version(), target.rows(schema, with_pos=True)
     commit = DeltaTable(path).history(1)[0]
-    assert commit[f"dblog.applied.src"] == batch.frontier.encode()   # in the rows' own commit
+    assert commit["dblog.applied.src"] == batch.frontier.encode()   # in the rows' own commit
     again = applier.apply_batch(batch)     # the same batch after a crash past its commit
     assert again["inserted"] == again["updated"] == again["deleted"] == 0, again
     assert DeltaTable(path).version() == version and target.rows(schema, with_pos=True) == rows

@@ -85,7 +85,7 @@ class BinlogReader:
         self.savepoints: dict[str, int] = {}
         self.converters: dict[str, RowConverter] = {}
         self.logged_shapes: dict[str, list] = {}   # each table's TABLE_MAP columns found to match its shape
-        self.unreadable: set[str] = set()   # tables whose rows match no shape read (skipped: _other_shape)
+        self.unreadable: dict[str, bool] = {}   # rows skipped (_other_shape) -> broken since the last watermark
         self.connects = 0
         self.should_stop: Callable[[], bool] = lambda: False
         self.stopped = False         # a handler saw should_stop() mid-event
@@ -253,7 +253,7 @@ class BinlogReader:
             if st.effect == BROKEN:
                 yield TableBroken(st.table, pos, st.why)
             else:
-                self.unreadable.add(st.table)
+                self.unreadable[st.table] = True
                 yield TableBroken(st.table, pos, f"its shape could not be read after an ALTER TABLE at binlog "
                                                  f"position {pos} ({e})")
             return
@@ -265,7 +265,7 @@ class BinlogReader:
         self.tables[st.table] = new
         self.converters.pop(st.table, None)
         self.logged_shapes.pop(st.table, None)
-        self.unreadable.discard(st.table)
+        self.unreadable.pop(st.table, None)
         if st.effect == ALTERED or (new.schema, new.native) != (old.schema, old.native):
             # the version from here (a break: the shape its targets are rebuilt in)
             yield SchemaChange(st.table, pos, st.altered.renamed if st.altered and not past else (), not st.strict)
@@ -286,7 +286,7 @@ class BinlogReader:
             self.in_txn = True
             try:
                 held = self._hold_changes(table, ev, kind)
-                self.unreadable.discard(table)
+                self.unreadable.pop(table, None)
             except SchemaChangedError as e:
                 if self.refresh is None:
                     raise
@@ -303,6 +303,7 @@ class BinlogReader:
 
     def _watermarks(self, ev: Any, kind: str) -> Iterator[LogItem]:
         start = ev.packet.log_pos - ev.packet.event_size
+        self.unreadable = dict.fromkeys(self.unreadable, False)
         for i, row in enumerate(ev.rows):
             values = row["after_values"] if kind == UPDATE else row["values"]
             if "value" not in values:
@@ -320,18 +321,20 @@ class BinlogReader:
     def _other_shape(self, table: str, ev: Any, kind: str, error: SchemaChangedError) -> Iterator[LogItem]:
         """A rows event whose columns are not the table's captured shape: the catalog is
         read again (a table dropped and created again: SchemaChange at the event, whose
-        rows then match it). Rows that match no shape read (the catalog already past them:
-        two ALTERs while the tail was behind) are skipped, the table broken at the first
-        of them (its targets stop there until a re-dump), until its rows match again.
+        rows then match it). Rows that match no shape read (the catalog already past them)
+        are skipped, the table broken at the first of them, until its rows match again.
         Returns whether the event's changes were taken."""
         pos = Position(self.file_no, ev.packet.log_pos - ev.packet.event_size, 0)
-        if table in self.unreadable:
+        if table in self.unreadable:   # broken again at its first skipped rows after each watermark: a
+            if not self.unreadable[table]:   # dump that read it after the last break may still lack them
+                self.unreadable[table] = True
+                yield TableBroken(table, pos, f"rows of {table} at {pos} were skipped (they still are): re-dump it")
             return False
         old = self.tables[table]
         try:
             self.tables[table] = self.refresh(table)
         except DBLogError as e:   # gone again, or no key
-            self.unreadable.add(table)
+            self.unreadable[table] = True
             yield TableBroken(table, pos, f"{error}; its shape could not be read again ({e})")
             return False
         self.converters.pop(table, None)
@@ -341,7 +344,7 @@ class BinlogReader:
         try:
             return self._hold_changes(table, ev, kind)
         except SchemaChangedError as again:
-            self.unreadable.add(table)
+            self.unreadable[table] = True
             yield TableBroken(table, pos, f"{again}: the catalog is already past these rows (changed again "
                                           "since); the table's rows are skipped until they match it")
             return False

@@ -127,7 +127,7 @@ class MySQLSource(SqlSource):
         self._query(f"UPDATE {quote_table(self.watermark_table)} SET value = value WHERE id = 1 AND 1 = 0")
 
     def watermark_grant(self) -> str:
-        return (f"GRANT CREATE, SELECT, INSERT, UPDATE ON {quote_ident(self.namespace)}.* TO <user>, "
+        return (f"GRANT CREATE, ALTER, DROP, SELECT, INSERT, UPDATE ON {quote_ident(self.namespace)}.* TO <user>, "
                 f"or create the database {self.namespace} for it")
 
     def probe_select(self, table: str) -> None:

@@ -115,9 +115,9 @@ class TransactionAssembler(LogMarks):
         self.shared = False
         self._marks_init()   # log_marks.py: deferrability, partition roots, watermark shapes
 
-    def change(self, m: Insert | Update | Delete) -> WatermarkSeen | None:
+    def change(self, m: Insert | Update | Delete) -> WatermarkSeen | TableBroken | None:
         """An Insert, Update or Delete: its row changes join the transaction; a
-        watermark write is returned."""
+        watermark write, or a skipped change that breaks its table, is returned."""
         entry = self.relations.get(m.relation_oid)
         if entry is None:
             return None   # a table we do not capture (a shared publication)
@@ -129,9 +129,10 @@ class TransactionAssembler(LogMarks):
             value = tuple_text(rel, m.new).get("value") or ""
             pos = Position(0, commit_lsn, self.seq)
             self.seq += 1
+            self.skip_marked.clear()   # a change skipped after a watermark breaks again (log_marks.py)
             return WatermarkSeen(value.strip(), pos)
-        if schema is None:   # unreadable: skipped (the table is broken there)
-            return None
+        if schema is None:   # skipped (the table is broken there; again after a watermark)
+            return self.skipped(table, m.relation_oid)
         if m.__class__ is Insert:
             errs: list = []
             after = row_values(m.new, rel, convs, None, schema, commit_lsn, errs)
@@ -327,7 +328,7 @@ class TransactionAssembler(LogMarks):
             self.schemas[table], self.natives[table] = self.refresh(table)
         except DBLogError as e:   # dropped, renamed, keyless since this point: the catalog is past it
             if table not in self.unreadable:
-                self.unreadable.add(table)
+                self.skipping(self.unreadable, table)
                 yield TableBroken(table, self._pos(), f"{table} changed here and its shape cannot be read from the "
                                                       f"catalog since ({e}); its changes are skipped until it can")
             return
@@ -340,7 +341,7 @@ class TransactionAssembler(LogMarks):
                                                         self.catalog.native_columns(table))
             problem = ""
         if problem and table not in self.unreadable:
-            self.unreadable.add(table)
+            self.skipping(self.unreadable, table)
             yield TableBroken(table, self._pos(), f"{table} changed again since this point of the log (the catalog "
                                                   f"is past it): {problem}; its changes are skipped until they "
                                                   "match the catalog")
@@ -357,7 +358,7 @@ class TransactionAssembler(LogMarks):
         self.relations[m.oid] = (table, None, m, [], None)
         if table in self.identity_broken:
             return
-        self.identity_broken.add(table)
+        self.skipping(self.identity_broken, table)
         ident = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}.get(m.replica_identity, m.replica_identity)
         yield TableBroken(table, Position(0, self.commit_lsn, self.seq),
                           f"{table}'s REPLICA IDENTITY is now {ident}, not FULL: its UPDATEs and DELETEs no longer "

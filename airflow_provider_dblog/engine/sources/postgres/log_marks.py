@@ -16,6 +16,14 @@ review items); a mixin of changes.py's TransactionAssembler.
 - An event trigger's logical message (ddl_marks.py) marks an ALTER TABLE / ALTER TYPE
   at its place: a captured table whose values it rewrote with no row change (an enum
   label renamed, TYPE ... USING) breaks there.
+- A captured table whose changes are skipped (REPLICA IDENTITY not FULL, or its Relation
+  matching no shape read) broke once where the skipping began; its first skipped change
+  after each watermark breaks it again. A full dump releases a quarantine only when it
+  read the table after the latest break (quarantine.py), and it reads its head before
+  writing its first LW: a change skipped after that read (and after the LW) is a break
+  after it, so the dump releases nothing past a change it may not hold. (Without it, a
+  dump after the first break released the table, and every change skipped after the dump
+  was lost with the table 'applied'.) One break per watermark, not per change.
 
 Nothing here imports Airflow.
 """
@@ -54,6 +62,7 @@ class LogMarks:
         self.undefer: dict[str, int] = {}   # table -> the commit LSN from which it is not held
         self.roots = self.catalog.partition_roots() if self.catalog is not None else {}
         self.via_root: set[str] = set()     # partitions broken by a Relation of their root
+        self.skip_marked: set[str] = set()  # skipped tables broken again since the last watermark
 
     def deferrability(self, table: str) -> Iterator[LogItem]:
         """At a captured table's Relation: its key's deferrability as the catalog says."""
@@ -77,6 +86,23 @@ class LogMarks:
                 self.deferrable.discard(table)
                 self.catalog.set_key_deferrable(table, False)
                 yield SchemaChange(table, self._pos())
+
+    def skipping(self, kind: set, table: str) -> None:
+        """``table``'s changes are skipped from its break here (``kind``: why)."""
+        kind.add(table)
+        self.skip_marked.add(table)
+
+    def skipped(self, table: str, oid: int) -> TableBroken | None:
+        """A change of ``table`` (relation ``oid``) that is skipped: a break when the table
+        itself (its captured oid) has its changes skipped and has not broken since the last
+        watermark. (The rows of a table renamed away or replaced are not the table's.)"""
+        if (table in self.skip_marked or not oid or self.oids.get(table) != oid
+                or (table not in self.identity_broken and table not in self.unreadable)):
+            return None
+        self.skip_marked.add(table)
+        pos = self._pos()
+        return TableBroken(table, pos, f"a change of {table} at {pos} was skipped (its changes still are): "
+                                       "re-dump the table after it")
 
     def root_relation(self, root: str) -> Iterator[LogItem]:
         for part in self.roots.get(root, ()):
