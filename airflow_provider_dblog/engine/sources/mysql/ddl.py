@@ -67,7 +67,12 @@ class TableStatement:
     altered: Altered | None = None
     query: str = ""             # the statement's text, and the database it ran in
     db: str = ""
-    strict: bool = True         # run in strict mode (without: values may have been converted)
+    sql_mode: int | None = None   # its session's (the binlog event's; None: not known)
+
+    @property
+    def strict(self) -> bool:
+        """Run in strict mode (without it, an ALTER may have converted values)."""
+        return strict(self.sql_mode)
 
 
 def _name(table: exp.Table, default_db: str) -> str:
@@ -307,7 +312,7 @@ def read_statement(query: str, default_db: str, tables: Sequence[str],
     """What the statement (run with ``default_db`` as its database and ``sql_mode``, its
     binlog event's) does to each of ``tables`` ("db.table") it touches; [] for those it
     leaves alone."""
-    return [dataclasses.replace(s, query=str(query), db=default_db, strict=strict(sql_mode))
+    return [dataclasses.replace(s, query=str(query), db=default_db, sql_mode=sql_mode)
             for s in _read_statement(query, default_db, tables)]
 
 

@@ -71,7 +71,8 @@ def alter_on(statement: str, default_db: str, table: str, scratch: str) -> str |
 
 
 def replay_alter(connect: Callable[[], pymysql.connections.Connection], namespace: str, table: str,
-                 create: str, statement: str, default_db: str, read: Callable[[Callable, str], object]):
+                 create: str, statement: str, default_db: str, read: Callable[[Callable, str], object],
+                 sql_mode: int | None = None):
     """The catalog of ``table`` right after ``statement``, computed on a scratch copy made
     from ``create`` (its SHOW CREATE TABLE before it): ``read(query, scratch_table)`` of
     the scratch table (catalog.read_table), or None when it cannot be computed."""
@@ -92,6 +93,8 @@ def replay_alter(connect: Callable[[], pymysql.connections.Connection], namespac
             except pymysql.MySQLError:
                 pass   # no privilege: the scratch statements are logged, for a table nobody captures
             cur.execute("SET SESSION foreign_key_checks = 0")
+            if sql_mode is not None:   # the statement's own (its binlog event's)
+                cur.execute("SET SESSION sql_mode = %s", (int(sql_mode),))
             cur.execute(_CREATE.sub(f"CREATE TABLE {quote_table(scratch)}", create, count=1))
             try:
                 cur.execute(alter)
@@ -110,3 +113,20 @@ def replay_alter(connect: Callable[[], pymysql.connections.Connection], namespac
 def scratch_name_in(create: str, table: str) -> str:
     """``create`` (a scratch table's SHOW CREATE TABLE) naming ``table``'s short name again."""
     return _CREATE.sub(f"CREATE TABLE {quote_ident(table.partition('.')[2])}", create, count=1)
+
+
+def defined_elsewise(defined, found, catalog) -> bool:
+    """A column the statement defines (``defined``) has another type, nullability or default
+    on the scratch copy (``found``) than in the catalog (``catalog``, a CapturedTable): a
+    later statement changed it, or the statement's session (explicit_defaults_for_timestamp,
+    ...) gave it another shape than the scratch session did; either way the copy is not
+    known to be right, and the table is quarantined as before."""
+    nullable = {c.name: c.nullable for c in catalog.schema.columns}
+    for name in defined:
+        c = next((c for c in found.schema.columns if c.name.lower() == name.lower()), None)
+        if c is None or c.name not in catalog.native:
+            continue   # dropped or renamed since: only the copy can say
+        if (found.native[c.name].column_type, c.nullable, found.defaults.get(c.name)) != (
+                catalog.native[c.name].column_type, nullable[c.name], catalog.defaults.get(c.name)):
+            return True
+    return False

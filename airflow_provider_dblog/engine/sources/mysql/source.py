@@ -22,7 +22,7 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from ...conditions import parse_condition
-from ...errors import SourceSetupError, WatermarkError
+from ...errors import DBLogError, SourceSetupError, WatermarkError
 from ...positions import Position
 from ...schema import TableSchema
 from ..base import ChunkPlan, LogItem, Problem
@@ -32,7 +32,7 @@ from .binlog import BinlogReader, CapturedTable, StreamSettings, binlog_file_num
 from .catalog import LITERAL_DEFAULT, TRANSACTIONAL_ENGINES, load_decode_tables, read_table
 from .convert import key_sql_value, to_logical
 from .jdbc import SESSION_TIME_ZONE, jdbc_connection, jdbc_table
-from .shape_replay import replay_alter, scratch_name_in
+from .shape_replay import defined_elsewise, replay_alter, scratch_name_in
 from .sql import BoundParams, key_predicate, quote_ident, quote_table, sql_literal
 from .types import NativeColumn, needs_expr, select_expr, text_parsed
 
@@ -380,9 +380,14 @@ class MySQLSource(SqlSource):
         server on a scratch copy (shape_replay.py): the catalog is past it. Taken as the
         table's shape here (its version records it), or None."""
         zero_as_null = self.config.zero_dates == "null"
-        found = replay_alter(self._connect, self.namespace, st.table, old.create, st.query, st.db,
-                             lambda query, scratch: read_table(query, scratch, self.name, zero_as_null))
-        if found is None:
+        try:
+            found = replay_alter(self._connect, self.namespace, st.table, old.create, st.query, st.db,
+                                 lambda query, scratch: read_table(query, scratch, self.name, zero_as_null),
+                                 st.sql_mode)
+        except DBLogError as e:   # a shape no target can take (the catalog may be past it too): quarantined
+            log.warning("%s: the shape after %r cannot be carried (%s)", st.table, st.query[:200], e)
+            return None
+        if found is None or defined_elsewise(st.altered.defined if st.altered else (), found, self._captured(st.table)):
             return None
         db, _, name = st.table.partition(".")
         with self._lock:

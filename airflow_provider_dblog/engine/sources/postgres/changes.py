@@ -115,7 +115,7 @@ class TransactionAssembler(LogMarks):
         self.shared = False
         self._marks_init()   # log_marks.py: deferrability, partition roots, watermark shapes
 
-    def change(self, m: Insert | Update | Delete) -> WatermarkSeen | TableBroken | None:
+    def change(self, m: Insert | Update | Delete) -> WatermarkSeen | TableBroken | list | None:
         """An Insert, Update or Delete: its row changes join the transaction; a
         watermark write, or a skipped change that breaks its table, is returned."""
         entry = self.relations.get(m.relation_oid)
@@ -220,7 +220,7 @@ class TransactionAssembler(LogMarks):
         elif table == self.watermark_table:
             self.relations[m.oid] = (table, None, m, [], None)
         elif table in self.roots:
-            yield from self.root_relation(table)
+            yield from self.root_relation(table, m)
 
     # -- a table or column re-created under the same name (its identity: oid, attnum) --------
     def _pos(self) -> Position:

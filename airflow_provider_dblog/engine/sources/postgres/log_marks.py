@@ -92,10 +92,18 @@ class LogMarks:
         kind.add(table)
         self.skip_marked.add(table)
 
-    def skipped(self, table: str, oid: int) -> TableBroken | None:
+    def skipped(self, table: str, oid: int) -> TableBroken | list | None:
         """A change of ``table`` (relation ``oid``) that is skipped: a break when the table
         itself (its captured oid) has its changes skipped and has not broken since the last
-        watermark. (The rows of a table renamed away or replaced are not the table's.)"""
+        watermark. (The rows of a table renamed away or replaced are not the table's.) A
+        change of a root its partitions are published through may be any of theirs: each
+        breaks again (a list)."""
+        if table in self.roots:
+            parts = [p for p in self.roots[table] if p in self.via_root and p not in self.skip_marked]
+            self.skip_marked.update(parts)
+            return [TableBroken(p, self._pos(), f"a change of {table} at {self._pos()}, perhaps one of {p}'s, was "
+                                                "skipped (it is published via the root): re-dump the table after it")
+                    for p in parts] or None
         if (table in self.skip_marked or not oid or self.oids.get(table) != oid
                 or (table not in self.identity_broken and table not in self.unreadable)):
             return None
@@ -104,11 +112,13 @@ class LogMarks:
         return TableBroken(table, pos, f"a change of {table} at {pos} was skipped (its changes still are): "
                                        "re-dump the table after it")
 
-    def root_relation(self, root: str) -> Iterator[LogItem]:
+    def root_relation(self, root: str, m) -> Iterator[LogItem]:
+        self.relations[m.oid] = (root, None, m, [], None)   # its changes: skipped (``skipped``)
         for part in self.roots.get(root, ()):
             if part in self.via_root:
                 continue
             self.via_root.add(part)
+            self.skip_marked.add(part)
             yield from self._flush_table(part)
             yield TableBroken(part, self._pos(), (
                 f"the publication sends the changes of {part} as its partitioned table {root}'s "

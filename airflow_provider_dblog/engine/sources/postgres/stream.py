@@ -120,8 +120,8 @@ class LogStream:
                 cls = m.__class__
                 if cls is Insert or cls is Update or cls is Delete:   # the common case first
                     seen = txns.change(m)
-                    if seen is not None:
-                        yield seen
+                    if seen is not None:   # a watermark, or breaks of tables whose changes are skipped
+                        yield from seen if seen.__class__ is list else (seen,)
                     elif len(txns.txn) >= txns.stream_after:
                         yield from txns.early()
                 elif cls is Commit:
