@@ -42,7 +42,17 @@ class CatalogTable:
 
 def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -> CatalogTable:
     """The shape of ``table`` ("db.name"); UnknownTableError if it is not a base table,
-    SourceSetupError for a column type that cannot be carried, NoPrimaryKeyError."""
+    SourceSetupError for a column type that cannot be carried, NoPrimaryKeyError. Read
+    again (three times at most) while a DDL changes the table during the read (its SHOW
+    CREATE TABLE before and after differ), so that the create text goes with the shape."""
+    for _ in range(3):
+        found = _read_table(query, table, source_name, zero_as_null)
+        if found.create:
+            break
+    return found
+
+
+def _read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -> CatalogTable:
     db, _, name = table.partition(".")
     kind = query("SELECT TABLE_TYPE, ENGINE FROM information_schema.TABLES "
                  "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, name))

@@ -116,16 +116,19 @@ def scratch_name_in(create: str, table: str) -> str:
 
 
 def defined_elsewise(defined, found, catalog) -> bool:
-    """A column the statement defines (``defined``) has another type, nullability or default
-    on the scratch copy (``found``) than in the catalog (``catalog``, a CapturedTable): a
-    later statement changed it, or the statement's session (explicit_defaults_for_timestamp,
-    ...) gave it another shape than the scratch session did; either way the copy is not
-    known to be right, and the table is quarantined as before."""
+    """A TIMESTAMP column the statement defines (``defined``) has another type,
+    nullability or default on the scratch copy (``found``) than in the catalog
+    (``catalog``, a CapturedTable): the statement's session may have given it another
+    shape than the scratch session does (explicit_defaults_for_timestamp, time_zone: the
+    binlog carries the sql_mode only), or a later statement changed it; the copy is not
+    known to be right, and the table is quarantined as before. (Other types take their
+    shape from the statement and the sql_mode alone.)"""
     nullable = {c.name: c.nullable for c in catalog.schema.columns}
     for name in defined:
         c = next((c for c in found.schema.columns if c.name.lower() == name.lower()), None)
-        if c is None or c.name not in catalog.native:
-            continue   # dropped or renamed since: only the copy can say
+        if c is None or c.name not in catalog.native or "timestamp" not in (
+                found.native[c.name].data_type, catalog.native[c.name].data_type):
+            continue   # dropped or renamed since (only the copy can say), or not session-dependent
         if (found.native[c.name].column_type, c.nullable, found.defaults.get(c.name)) != (
                 catalog.native[c.name].column_type, nullable[c.name], catalog.defaults.get(c.name)):
             return True
