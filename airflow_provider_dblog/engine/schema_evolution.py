@@ -213,8 +213,8 @@ def evolution(old: TableSchema, new: TableSchema, behaviour: str = EVOLVE,
         else:
             ok = widens(c.type, t) if t != c.type else native_widens(*native[n])
         if not ok:
-            was, now = native[n] if n in native and (t == c.type or c.type.startswith("text:") or mysql_native) \
-                else (c.type, t)
+            shown = t == c.type or c.type.startswith("text:") or (mysql_native and widens(c.type, t))
+            was, now = native[n] if n in native and shown else (c.type, t)   # the types that tell why
             problems.append(f"column {n} changed type from {was} to {now} (not a widening: values "
                             "may have changed at the source without row events)")
         elif t == c.type:
