@@ -191,6 +191,8 @@ class SlotAndPublication:
             except psycopg2.errors.UndefinedTable:
                 log.warning("%s is gone from the catalog: not added to publication %s", t, self.publication)
                 continue
+            except psycopg2.errors.DuplicateObject:   # added meanwhile (a re-created table seen twice)
+                continue
             log.info("added %s to publication %s", t, self.publication)
 
     def drop(self) -> None:
