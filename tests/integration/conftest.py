@@ -10,6 +10,7 @@ import yaml
 
 from airflow_provider_dblog.engine.config import load_config
 from airflow_provider_dblog.engine.dump import DumpRunner
+from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.jobs import run_spark_job
 from airflow_provider_dblog.engine.sources import open_source
@@ -96,6 +97,15 @@ class CDC:
     # -- dump and apply --------------------------------------------------------
     def request(self, spec: DumpSpec) -> str:
         return DumpRunner(self.source, self.state, self.store, None, self.cfg.dump).submit(spec)
+
+    def dump_local(self, table: str, rid: str | None = None) -> str:
+        """A full dump of ``table`` (or request ``rid``) in this process, its chunks read by
+        the in-process reader (the tail running closes its windows); done, then drained."""
+        rid = rid or self.request(DumpSpec("table", [f"{self.db}.{table}"]))
+        DumpRunner(self.source, self.state, self.store, LocalChunkReader(self.source), self.cfg.dump).run(rid)
+        assert self.state.request(rid)["status"] == "done", self.state.request(rid)
+        self.drain()
+        return rid
 
     def dump_spark(self, rid: str, max_chunks: int | None = None) -> dict:
         args = ["--config", str(self.path), "--source", "src", "--request", rid]

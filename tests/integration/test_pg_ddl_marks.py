@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dblog.engine.dump import DumpRunner
-from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
-from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.sources.postgres.ddl_marks import rewrites, trigger_name
 
 pytestmark = pytest.mark.parametrize("src_db", ["postgres"], indirect=True)
@@ -22,13 +19,6 @@ def _run(src_db, *statements: str) -> None:
     with src_db.cursor() as cur:
         for s in statements:
             cur.execute(s)
-
-
-def _dump(cdc, table: str) -> None:
-    rid = cdc.request(DumpSpec("table", [f"{cdc.db}.{table}"]))
-    DumpRunner(cdc.source, cdc.state, cdc.store, LocalChunkReader(cdc.source), cdc.cfg.dump).run(rid)
-    assert cdc.state.request(rid)["status"] == "done", cdc.state.request(rid)
-    cdc.drain()
 
 
 CASES = {
@@ -88,7 +78,7 @@ def test_ddl_that_rewrites_values_without_row_changes_quarantines_only_its_table
     t = res[f"{cdc.db}.t"]
     if rewritten:
         assert t["status"] == "quarantined" and named in t["quarantined"]["why"], t
-        _dump(cdc, "t")
+        cdc.dump_local("t")
         assert cdc.apply_local()[f"{cdc.db}.t"]["status"] == "applied"
     else:
         assert t["status"] == "applied", t

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dblog.engine.dump import DumpRunner
-from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
-from airflow_provider_dblog.engine.requests import DumpSpec
 
 pytestmark = pytest.mark.parametrize("src_db", ["postgres"], indirect=True)
 
@@ -23,14 +20,6 @@ def _run(src_db, *statements: str) -> None:
     with src_db.cursor() as cur:
         for s in statements:
             cur.execute(s)
-
-
-def _dump(cdc, table: str) -> None:
-    """A full dump of ``table`` in this process (the tail running closes its windows)."""
-    rid = cdc.request(DumpSpec("table", [f"{cdc.db}.{table}"]))
-    DumpRunner(cdc.source, cdc.state, cdc.store, LocalChunkReader(cdc.source), cdc.cfg.dump).run(rid)
-    assert cdc.state.request(rid)["status"] == "done", cdc.state.request(rid)
-    cdc.drain()
 
 
 def test_changes_skipped_after_a_releasing_dump_quarantine_the_table_again(src_db, make_cdc):
@@ -47,7 +36,7 @@ def test_changes_skipped_after_a_releasing_dump_quarantine_the_table_again(src_d
     _run(src_db, "ALTER TABLE t REPLICA IDENTITY DEFAULT", "UPDATE t SET v = 20 WHERE id = 2")
     cdc.drain()
     # a full dump after the break: it reads rows 1, 2 (v 20), 3
-    _dump(cdc, "t")
+    cdc.dump_local("t")
     # changes after the dump, still not FULL: skipped by the tail
     _run(src_db, "DELETE FROM t WHERE id = 1", "INSERT INTO t VALUES (4, 4)", "UPDATE t SET v = 30 WHERE id = 3",
          "INSERT INTO u VALUES (2, 2)")
@@ -61,7 +50,7 @@ def test_changes_skipped_after_a_releasing_dump_quarantine_the_table_again(src_d
     assert "skipped" in t["quarantined"]["why"], t
 
     # a dump after those changes releases it, and the target equals the source
-    _dump(cdc, "t")
+    cdc.dump_local("t")
     res = cdc.apply_local()
     assert res[f"{cdc.db}.t"]["status"] == "applied", res
     cdc.assert_equal("t", "u")
@@ -74,7 +63,7 @@ def test_changes_skipped_after_a_releasing_dump_quarantine_the_table_again(src_d
     # REPLICA IDENTITY FULL again, then a dump: released, equal, and its changes flow
     _run(src_db, "ALTER TABLE t REPLICA IDENTITY FULL", "UPDATE t SET v = 6 WHERE id = 5")
     cdc.drain()
-    _dump(cdc, "t")
+    cdc.dump_local("t")
     _run(src_db, "UPDATE t SET v = 7 WHERE id = 5", "DELETE FROM t WHERE id = 2")
     cdc.drain()
     res = cdc.apply_local()
