@@ -118,6 +118,22 @@ def test_a_delta_target_takes_a_path_and_no_server():
     raw["targets"]["lake"].pop("path")
     with pytest.raises(ConfigError, match="delta target needs 'path'"):
         parse_config(raw, env=env)
-    raw["targets"]["lake"] |= {"kind": "iceberg", "path": "/x"}
+    raw["targets"]["lake"] |= {"kind": "hudi", "path": "/x"}
     with pytest.raises(ConfigError, match="kind must be one of"):
+        parse_config(raw, env=env)
+
+
+def test_an_iceberg_target_takes_a_warehouse_path_and_its_catalog_server():
+    env = {"AIRFLOW_CONN_SHOP_DB": "mysql://u:p@h:1/d", "AIRFLOW_CONN_STATE_REDIS": "redis://r:6379/0",
+           "AIRFLOW_CONN_LAKE_CATALOG": "postgresql://cat:secret@pg:5432/catalog"}
+    raw = json.loads(json.dumps(BASE))
+    raw["targets"] = {"lake": {"kind": "iceberg", "source": "shop", "path": "/data/warehouse",
+                               "conn_id": "lake_catalog", "schema": "cdc"}}
+    tgt = parse_config(raw, env=env).target()
+    assert (tgt.kind, tgt.path, tgt.schema) == ("iceberg", "/data/warehouse", "cdc")
+    assert (tgt.endpoint.host, tgt.endpoint.port, tgt.endpoint.user, tgt.endpoint.database) == \
+        ("pg", 5432, "cat", "catalog")
+    assert "secret" not in repr(tgt)
+    raw["targets"]["lake"].pop("path")
+    with pytest.raises(ConfigError, match="iceberg target needs 'path'"):
         parse_config(raw, env=env)

@@ -31,8 +31,9 @@ def reset(cfg: Config, shop, src: SourceConfig, tgt: TargetConfig) -> None:
     Wiring(cfg, src.name).state.reset()
     for kind in ("events", "chunks"):   # this source's files only
         shutil.rmtree(os.path.join(cfg.storage_root, kind, src.name), ignore_errors=True)
-    from ..engine.targets.postgres import PostgresTarget
-    PostgresTarget(tgt).drop_all()
+    from ..engine.targets import open_target
+    with open_target(tgt) as target:
+        target.drop_all()
 
 
 class Writers:
@@ -217,17 +218,22 @@ class AirflowFlow:
 
 
 def run_demo(cfg: Config, rows: int = 1_000_000, writers: int = 2, via: str = "airflow",
-             sources: list[str] | None = None) -> int:
-    """The demo for each named source (default: every source of the config), in turn."""
+             sources: list[str] | None = None, target_kind: str = "postgres") -> int:
+    """The demo for each named source (default: every source of the config), in turn, into
+    its target of ``target_kind`` (postgres, delta or iceberg)."""
     failed = 0
     for name in sources or list(cfg.sources):
-        failed += run_demo_source(cfg, cfg.source(name), rows, writers, via)
+        failed += run_demo_source(cfg, cfg.source(name), rows, writers, via, target_kind)
     return 1 if failed else 0
 
 
-def run_demo_source(cfg: Config, src_cfg: SourceConfig, rows: int, writers: int, via: str) -> int:
+def run_demo_source(cfg: Config, src_cfg: SourceConfig, rows: int, writers: int, via: str,
+                    target_kind: str = "postgres") -> int:
     t_start = time.monotonic()
-    tgt_cfg = next(t for t in cfg.targets.values() if t.source == src_cfg.name)
+    tgt_cfg = next((t for t in cfg.targets.values() if t.source == src_cfg.name and t.kind == target_kind), None)
+    if tgt_cfg is None:
+        print(f"[demo] the config has no {target_kind} target of source {src_cfg.name}")
+        return 1
     shop = SHOPS[src_cfg.kind](src_cfg)
     print(f"[demo] source {src_cfg.name} ({src_cfg.kind}) -> target {tgt_cfg.name}: resetting "
           f"and seeding {rows:,} rows ...", flush=True)

@@ -13,78 +13,22 @@ Passwords never appear in a repr or a log.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 import yaml
 
+from .connections import _expand, _with_connection, conn_env_name, connection_fields  # noqa: F401
 from .errors import ConfigError, UnknownTableError
 from .schema_evolution import EVOLVE, parse_setting
 
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}$")
 SOURCE_KINDS = ("mysql", "postgres")
-TARGET_KINDS = ("postgres", "delta")
+TARGET_KINDS = ("postgres", "delta", "iceberg")
 _Part = TypeVar("_Part")  # a configured source or target
-
-
-def _expand(value: Any, where: str, env: Mapping[str, str]) -> Any:
-    if isinstance(value, str):
-        def sub(m: re.Match) -> str:
-            if m.group(1) in env:
-                return env[m.group(1)]
-            if m.group(2) is not None:
-                return m.group(2)
-            raise ConfigError(f"{where}: environment variable {m.group(1)} is not set")
-        return _ENV.sub(sub, value)
-    if isinstance(value, dict):
-        return {k: _expand(v, f"{where}.{k}", env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]", env) for i, v in enumerate(value)]
-    return value
-
-
-def conn_env_name(conn_id: str) -> str:
-    return "AIRFLOW_CONN_" + conn_id.upper()
-
-
-def connection_fields(conn_id: str, env: Mapping[str, str], where: str) -> dict:
-    """host/port/user/password/database of ``AIRFLOW_CONN_<ID>`` (Airflow's URI or JSON form)."""
-    text = env.get(conn_env_name(conn_id))
-    if not text:
-        raise ConfigError(f"{where}: connection {conn_id!r} not found: in Airflow, create it; "
-                          f"outside Airflow, set {conn_env_name(conn_id)} (a URI or JSON)")
-    if text.lstrip().startswith("{"):
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{where}: {conn_env_name(conn_id)} is not valid JSON: {e.msg}") from None
-        extra = d.get("extra") or {}
-        if isinstance(extra, str):
-            extra = json.loads(extra or "{}")
-        out = {"host": d.get("host"), "port": d.get("port"), "user": d.get("login"),
-               "password": d.get("password"), "database": d.get("schema")}
-    else:
-        u = urlsplit(text)
-        extra = dict(parse_qsl(u.query))
-        out = {"host": unquote(u.hostname or "") or None, "port": u.port,
-               "user": unquote(u.username) if u.username else None,
-               "password": unquote(u.password) if u.password else None,
-               "database": unquote(u.path.lstrip("/")) or None}
-    if isinstance(extra, dict) and "url" in extra:
-        out["url"] = extra["url"]
-    return {k: v for k, v in out.items() if v not in (None, "")}
-
-
-def _with_connection(d: dict, env: Mapping[str, str], where: str) -> dict:
-    if not d.get("conn_id"):
-        return d
-    return connection_fields(str(d["conn_id"]), env, where) | {k: v for k, v in d.items() if k != "conn_id"}
 
 
 def check_identifier(name: str, what: str = "identifier") -> str:
@@ -336,8 +280,8 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
             raise ConfigError(f"{where}: kind must be one of {TARGET_KINDS}, not {d.get('kind')!r}")
         if d.get("source") not in sources:
             raise ConfigError(f"{where}: source {d.get('source')!r} is not configured")
-        if d["kind"] == "delta" and not str(d.get("path") or "").strip():
-            raise ConfigError(f"{where}: a delta target needs 'path' (the directory its tables live under)")
+        if d["kind"] in ("delta", "iceberg") and not str(d.get("path") or "").strip():
+            raise ConfigError(f"{where}: a {d['kind']} target needs 'path' (the directory its tables live under)")
         targets[name] = TargetConfig(name=name, kind=d["kind"], source=d["source"], path=str(d.get("path", "")),
                                      endpoint=None if d["kind"] == "delta" else _endpoint(d, where),
                                      schema=check_identifier(d.get("schema", "public")))
@@ -352,9 +296,8 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
         raise ConfigError("state: 'redis_url' (or 'conn_id') is required")
     if "root" not in storage:
         raise ConfigError("storage: 'root' is required (a local path or a Hadoop-compatible URI)")
-    root = str(storage["root"])
-    if "://" not in root and path and not os.path.isabs(root):
-        root = str((Path(path).parent / root).resolve())
+    root = _beside(str(storage["root"]), path)
+    targets = {n: replace(t, path=_beside(t.path, path)) if t.path else t for n, t in targets.items()}
     return Config(
         sources=sources, targets=targets, redis_url=str(state["redis_url"]),
         state_prefix=str(state.get("prefix", "dblog")), storage_root=root,
@@ -362,6 +305,13 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
         dump=_section(DumpConfig, raw.get("dump"), "dump"),
         tail=_section(TailConfig, raw.get("tail"), "tail"), path=path,
         apply=_section(ApplyConfig, raw.get("apply"), "apply"))
+
+
+def _beside(where: str, config_path: str) -> str:
+    """A relative local path (storage root, lake path) is relative to the config file."""
+    if "://" not in where and config_path and not os.path.isabs(where):
+        return str((Path(config_path).parent / where).resolve())
+    return where
 
 
 def _schema_changes(value: Any, tables: tuple[str, ...], where: str) -> dict:

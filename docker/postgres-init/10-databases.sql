@@ -3,7 +3,9 @@
 --            the engine would also create it on first use).
 -- airflow:   Airflow's metadata database (AIRFLOW__DATABASE__SQL_ALCHEMY_CONN).
 -- shop, warehouse_pg: the PostgreSQL source (sources.shop_pg) and its target.
+-- lake_catalog: the Iceberg targets' SQL catalog (targets.iceberg*.database).
 CREATE DATABASE warehouse;
 CREATE DATABASE shop;
 CREATE DATABASE warehouse_pg;
+CREATE DATABASE lake_catalog;
 CREATE DATABASE airflow;

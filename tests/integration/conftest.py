@@ -24,8 +24,17 @@ from helpers import POSTGRES_PORT, REDIS_PORT, unique
 from sourcedb import KINDS
 
 
+def _lake_target(kind: bool | str, tmp_path) -> dict:
+    if kind in (True, "delta"):
+        return {"kind": "delta", "source": "src", "path": str(tmp_path / "lake")}
+    assert kind == "iceberg", kind   # its SQL catalog in a database of the private PostgreSQL
+    return {"kind": "iceberg", "source": "src", "path": str(tmp_path / "warehouse"), "host": "127.0.0.1",
+            "port": POSTGRES_PORT, "user": "postgres", "database": unique("ice"), "schema": "cdc"}
+
+
 class CDC:
-    def __init__(self, sdb, tables: list[str], tmp_path, redis_prefix: str, lake: bool = False, **overrides):
+    def __init__(self, sdb, tables: list[str], tmp_path, redis_prefix: str, lake: bool | str = False,
+                 **overrides):
         self.sdb = sdb
         self.db = sdb.name  # the namespace of the tables: f"{cdc.db}.t"
         self.wm_ns = unique("wm")
@@ -34,9 +43,8 @@ class CDC:
                                                  5000 + int(time.time() * 1000) % 100000)},
             "targets": {"tgt": {"kind": "postgres", "source": "src", "host": "127.0.0.1",
                                 "port": POSTGRES_PORT, "user": "postgres", "database": unique("tgt")},
-                        # a Delta Lake target too (issue 28)
-                        **({"lake": {"kind": "delta", "source": "src", "path": str(tmp_path / "lake")}}
-                           if lake else {})},
+                        # a lake target too (issue 28): lake=True or "delta", or "iceberg"
+                        **({"lake": _lake_target(lake, tmp_path)} if lake else {})},
             "state": {"redis_url": f"redis://127.0.0.1:{REDIS_PORT}/0", "prefix": redis_prefix},
             "storage": {"root": str(tmp_path / "storage")},
             "spark": {"master": "local[2]"},

@@ -17,4 +17,7 @@ def open_target(config: TargetConfig) -> Target:
     if config.kind == "delta":
         from .delta import DeltaTarget   # deltalake is needed only by a Delta target
         return DeltaTarget(config)
+    if config.kind == "iceberg":
+        from .iceberg import IcebergTarget   # pyiceberg is needed only by an Iceberg target
+        return IcebergTarget(config)
     raise NotImplementedError(f"target kind {config.kind!r} is not supported yet")

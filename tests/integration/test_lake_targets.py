@@ -1,17 +1,19 @@
-"""A Delta Lake target (issue 28) through the same apply as the PostgreSQL target: the
-current-state table equals the source row for row under concurrent writes and a full
-dump, a replayed batch changes neither the rows nor the table version, the applied
-position moves in the same Delta commit as the rows, schema changes flow, a quarantine is
-released by a dump, and an earlier table version still shows the rows before a repair.
-Both sources, real servers, the tables read back with ``deltalake``.
+"""The lake targets (issue 28), Delta Lake and Iceberg, through the same apply as the
+PostgreSQL target: the current-state table equals the source row for row under concurrent
+writes and a full dump, a replayed batch changes neither the rows nor the table version,
+the applied position moves in the same commit as the rows, schema changes flow, a
+quarantine is released by a dump, and an earlier table version still shows the rows
+before a repair. Both sources x both kinds, real servers, the tables read back with
+``deltalake`` / ``pyiceberg`` (the Iceberg catalog in the private PostgreSQL).
 """
 from __future__ import annotations
 
 import random
 import threading
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_dblog.engine.apply_batch import LocalApplier
 from airflow_provider_dblog.engine.apply_plan import plan_table
@@ -20,6 +22,46 @@ from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.targets import open_target
 from helpers import wait_until
+
+
+@pytest.fixture(params=["delta", "iceberg"])
+def lake(request) -> str:
+    return request.param
+
+
+# what each kind shows of its commits, read with its own library
+def _version(target, schema):
+    if target.config.kind == "delta":
+        return DeltaTable(target.table_path(schema)).version()
+    t = target._load(schema)
+    return t.metadata_location, t.current_snapshot().snapshot_id
+
+
+def _commit_position(target, schema, source: str = "src") -> str:
+    """The applied position the table's newest commit carries."""
+    if target.config.kind == "delta":
+        return DeltaTable(target.table_path(schema)).history(1)[0]["dblog.applied." + source]
+    t = target._load(schema)
+    assert t.current_snapshot().summary["dblog.applied." + source] == t.properties["dblog.applied." + source]
+    return t.properties["dblog.applied." + source]
+
+
+def _as_of(target, schema, version) -> pa.Table:
+    if target.config.kind == "delta":
+        return DeltaTable(target.table_path(schema), version=version).to_pyarrow_table()
+    return target.read(schema, snapshot_id=version[1])
+
+
+def _append_behind(target, schema, rows: pa.Table) -> None:
+    """Rows written into the lake table by someone else, bypassing the apply."""
+    if target.config.kind == "delta":
+        dt = DeltaTable(target.table_path(schema))
+        arrow = pa.schema(dt.schema().to_arrow())
+        write_deltalake(dt, rows.cast(pa.schema([arrow.field(n) for n in rows.column_names])), mode="append")
+    else:
+        t = target._load(schema)
+        arrow = t.scan().to_arrow().schema
+        t.append(rows.cast(pa.schema([arrow.field(n) for n in rows.column_names])))
 
 
 class Churn:
@@ -58,12 +100,12 @@ class Churn:
         assert self.error is None, self.error
 
 
-def _setup(src_db, make_cdc, rows: int = 300):
+def _setup(src_db, make_cdc, lake, rows: int = 300):
     with src_db.cursor() as cur:
         src_db.create_table(cur, "t", "id INT PRIMARY KEY, v INT, s VARCHAR(40), d DECIMAL(10,2)")
         cur.execute("INSERT INTO t (id, v, s, d) VALUES " + ", ".join(
             f"({i}, {i}, 'row {i}', {i}.5)" for i in range(1, rows + 1)))
-    cdc = make_cdc(["t"], lake=True)
+    cdc = make_cdc(["t"], lake=lake)
     cdc.start_tail()
     return cdc
 
@@ -74,8 +116,8 @@ def _dump(cdc, spec: DumpSpec) -> None:
     assert cdc.state.request(rid)["status"] == "done", cdc.state.request(rid)
 
 
-def test_a_delta_table_converges_under_writes_and_a_full_dump(src_db, make_cdc):
-    cdc = _setup(src_db, make_cdc)
+def test_a_lake_table_converges_under_writes_and_a_full_dump(src_db, make_cdc, lake):
+    cdc = _setup(src_db, make_cdc, lake)
     with Churn(src_db, seed=7) as churn:
         wait_until(lambda: churn.writes > 200, 60, "writes before the dump")
         _dump(cdc, DumpSpec("table", [f"{cdc.db}.t"]))
@@ -91,8 +133,9 @@ def test_a_delta_table_converges_under_writes_and_a_full_dump(src_db, make_cdc):
     cdc.assert_equal("t")
 
 
-def test_a_replayed_batch_changes_neither_rows_nor_version_and_the_position_moves_with_the_rows(src_db, make_cdc):
-    cdc = _setup(src_db, make_cdc, rows=50)
+def test_a_replayed_batch_changes_neither_rows_nor_version_and_the_position_moves_with_the_rows(src_db, make_cdc,
+                                                                                               lake):
+    cdc = _setup(src_db, make_cdc, lake, rows=50)
     _dump(cdc, DumpSpec("table", [f"{cdc.db}.t"]))
     with src_db.cursor() as cur:
         cur.execute("UPDATE t SET v = -1 WHERE id <= 10")
@@ -104,18 +147,16 @@ def test_a_replayed_batch_changes_neither_rows_nor_version_and_the_position_move
     batch = plan_table(target, cdc.store, cdc.state, "src", schema)
     first = applier.apply_batch(batch)
     assert first["status"] == "applied" and first["deleted"] == 0, first   # dump rows and changes at once
-    path = target.table_path(schema)
-    version, rows = DeltaTable(path).version(), target.rows(schema, with_pos=True)
-    commit = DeltaTable(path).history(1)[0]
-    assert commit["dblog.applied.src"] == batch.frontier.encode()   # in the rows' own commit
+    version, rows = _version(target, schema), target.rows(schema, with_pos=True)
+    assert _commit_position(target, schema) == batch.frontier.encode()   # in the rows' own commit
     again = applier.apply_batch(batch)     # the same batch after a crash past its commit
     assert again["inserted"] == again["updated"] == again["deleted"] == 0, again
-    assert DeltaTable(path).version() == version and target.rows(schema, with_pos=True) == rows
+    assert _version(target, schema) == version and target.rows(schema, with_pos=True) == rows
     cdc.assert_equal("t", target="lake")
 
 
-def test_schema_changes_flow_into_a_delta_table(src_db, make_cdc):
-    cdc = _setup(src_db, make_cdc, rows=20)
+def test_schema_changes_flow_into_a_lake_table(src_db, make_cdc, lake):
+    cdc = _setup(src_db, make_cdc, lake, rows=20)
     _dump(cdc, DumpSpec("table", [f"{cdc.db}.t"]))
     cdc.drain()
     cdc.apply_local("lake")
@@ -139,14 +180,14 @@ def test_schema_changes_flow_into_a_delta_table(src_db, make_cdc):
     assert target.columns(cdc.source.table_schema(f"{cdc.db}.t"))[:5] == ["id", "v", "label", "note", "flag"]
 
 
-def test_a_truncate_and_a_quarantine_release_on_a_delta_table_keep_time_travel(src_db, make_cdc):
-    cdc = _setup(src_db, make_cdc, rows=30)
+def test_a_truncate_and_a_quarantine_release_on_a_lake_table_keep_time_travel(src_db, make_cdc, lake):
+    cdc = _setup(src_db, make_cdc, lake, rows=30)
     _dump(cdc, DumpSpec("table", [f"{cdc.db}.t"]))
     cdc.drain()
     cdc.apply_local("lake")
     target = open_target(cdc.cfg.target("lake"))
     schema = cdc.source.table_schema(f"{cdc.db}.t")
-    before = DeltaTable(target.table_path(schema)).version()
+    before = _version(target, schema)
     with src_db.cursor() as cur:
         cur.execute("TRUNCATE TABLE t")
         cur.execute("INSERT INTO t (id, v) VALUES (1, 11), (2, 22)")
@@ -164,15 +205,14 @@ def test_a_truncate_and_a_quarantine_release_on_a_delta_table_keep_time_travel(s
     assert cdc.apply_local("lake")[f"{cdc.db}.t"]["status"] == "applied"
     cdc.assert_equal("t", target="lake")
     # the version before the truncate still reads the 30 rows (time travel)
-    old = DeltaTable(target.table_path(schema), version=before).to_pyarrow_table()
-    assert old.num_rows == 30
+    assert _as_of(target, schema, before).num_rows == 30
 
 
 @pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)
-def test_the_spark_apply_path_merges_into_a_delta_table_as_the_local_one_does(src_db, make_cdc):
+def test_the_spark_apply_path_merges_into_a_lake_table_as_the_local_one_does(src_db, make_cdc, lake):
     """A big batch (a full dump's snapshot) goes through spark-submit: Spark reduces it to
     the latest event per key and the driver hands the pages to the same merge."""
-    cdc = _setup(src_db, make_cdc, rows=2000)
+    cdc = _setup(src_db, make_cdc, lake, rows=2000)
     _dump(cdc, DumpSpec("table", [f"{cdc.db}.t"]))
     with src_db.cursor() as cur:
         cur.execute("UPDATE t SET v = -v WHERE id % 3 = 0")
@@ -183,12 +223,10 @@ def test_the_spark_apply_path_merges_into_a_delta_table_as_the_local_one_does(sr
     cdc.assert_equal("t", target="lake")
 
 
-def test_a_full_dump_sweeps_orphans_from_a_delta_table_and_nothing_else(src_db, make_cdc):
-    """Rows only the Delta table holds (lost by the source without a log event, or put
+def test_a_full_dump_sweeps_orphans_from_a_lake_table_and_nothing_else(src_db, make_cdc, lake):
+    """Rows only the lake table holds (lost by the source without a log event, or put
     there by someone) leave it with a full dump's sweep (engine/sweep.py), one commit;
     a composite key too; the source's rows stay."""
-    import pyarrow as pa
-    from deltalake import write_deltalake
     from airflow_provider_dblog.engine.positions import Position
     from airflow_provider_dblog.engine.apply import run_apply
     with src_db.cursor() as cur:
@@ -197,7 +235,7 @@ def test_a_full_dump_sweeps_orphans_from_a_delta_table_and_nothing_else(src_db, 
         src_db.create_table(cur, "t", "id INT PRIMARY KEY, v INT, s VARCHAR(40), d DECIMAL(10,2)")
         cur.execute("INSERT INTO t (id, v, s, d) VALUES " + ", ".join(f"({i}, {i}, 'row {i}', {i}.5)"
                                                                    for i in range(1, 41)))
-    cdc = make_cdc(["t", "ol"], lake=True)
+    cdc = make_cdc(["t", "ol"], lake=lake)
     cdc.start_tail()
     _dump(cdc, DumpSpec("all", []))
     cdc.drain()
@@ -210,11 +248,9 @@ def test_a_full_dump_sweeps_orphans_from_a_delta_table_and_nothing_else(src_db, 
     for table, ghost in (("t", {"id": [10**6, 7], "v": [0, 0], "s": ["ghost", "ghost"], "d": [None, None]}),
                          ("ol", {"o": [1], "line": ["L9"], "qty": [0]})):
         schema = cdc.source.table_schema(f"{cdc.db}.{table}")
-        dt = DeltaTable(target.table_path(schema))
-        arrow = pa.schema(dt.schema().to_arrow())
         rows = pa.table(ghost | {"_dblog_pos": [old] * len(ghost[next(iter(ghost))]),
                                  "_dblog_op": ["insert"] * len(ghost[next(iter(ghost))])})
-        write_deltalake(dt, rows.cast(pa.schema([arrow.field(n) for n in rows.column_names])), mode="append")
+        _append_behind(target, schema, rows)
     assert not cdc.compare("t", "lake").equal
     _dump(cdc, DumpSpec("all", []))
     cdc.drain()

@@ -1,0 +1,313 @@
+"""An Iceberg apply target (issue 28), written with PyIceberg: one current-state Iceberg
+table per captured source table, merged by position, copy-on-write.
+
+The catalog is PyIceberg's SQL catalog in a PostgreSQL database (the target's
+host/port/user/database or ``conn_id``); the table files live under ``path`` (the
+warehouse). Source table ``shop.orders`` is ``<schema>.shop__orders``: the source's
+columns (lake_schema.py), ``_dblog_pos`` and ``_dblog_op``; the key is the table's
+identifier fields.
+
+The applied position of each source is the table property ``dblog.applied.<source>``,
+set **in the same catalog commit** as the rows (a pyiceberg Transaction is one metadata
+commit), so a crash at any instant neither loses nor doubles a batch; the snapshots carry
+it in their summary too. A batch is merged copy-on-write in one snapshot: the data files
+whose key range meets the batch's are read, a row is deleted or replaced only by a newer
+event (``_dblog_pos`` compared as text: positions encode in order), and those files are
+replaced by files holding their kept rows and the batch's new ones; a batch of new keys
+only is appended without rewriting anything. No delete files are ever written, so every
+Iceberg reader (PyIceberg included) reads the tables. A replayed batch makes no commit.
+A concurrent commit fails ours (CommitFailedException): the step is run again.
+
+No Spark and no Airflow here.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+import warnings
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, schema_to_pyarrow
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import OperationalError
+
+from ..config import TargetConfig
+from ..events import DELETE as _DELETE
+from ..positions import Position
+from ..schema import TableSchema
+from .base import OP_COLUMN, POS_COLUMN, MergeResult
+from .delta_evolve import evolved
+from .iceberg_evolve import reshape
+from .iceberg_rows import affected_files, matched, orphans
+from .lake_schema import arrow_schema
+from .pg_tables import target_table_name
+
+log = logging.getLogger(__name__)
+
+_APPLIED = "dblog.applied."   # + source: the table property holding the applied position
+# copy-on-write everywhere: readers never meet delete files
+_PROPERTIES = {"format-version": "2", "write.delete.mode": "copy-on-write",
+               "write.update.mode": "copy-on-write", "write.merge.mode": "copy-on-write",
+               "write.parquet.compression-codec": "zstd"}
+
+
+def _warehouse(path: str) -> str:
+    return path if "://" in path else "file://" + os.path.abspath(path)
+
+
+class IcebergTarget:   # implements targets.base.Target
+    def __init__(self, config: TargetConfig):
+        self.config = config
+        self.namespace = config.schema
+        self._catalog: SqlCatalog | None = None
+
+    @property
+    def catalog(self) -> SqlCatalog:
+        if self._catalog is None:
+            from .postgres import PostgresTarget   # the catalog's database, created if missing
+            PostgresTarget(self.config).ensure_database()
+            ep = self.config.endpoint
+            uri = URL.create("postgresql+psycopg2", username=ep.user, password=ep.password or None,
+                             host=ep.host, port=ep.port, database=ep.database)
+            self._catalog = SqlCatalog("dblog", uri=uri.render_as_string(hide_password=False),
+                                       warehouse=_warehouse(self.config.path))
+            self._catalog.create_namespace_if_not_exists(self.namespace)
+        return self._catalog
+
+    @staticmethod
+    def is_transient(error: BaseException) -> bool:
+        """A concurrent commit won the race, or the catalog's server is away: run again."""
+        return isinstance(error, (CommitFailedException, OperationalError))
+
+    def close(self) -> None:
+        if self._catalog is not None:
+            self._catalog.engine.dispose()
+        self._catalog = None
+
+    def __enter__(self) -> "IcebergTarget":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- tables ----------------------------------------------------------------------
+    def identifier(self, table: TableSchema | str) -> tuple[str, str]:
+        return self.namespace, target_table_name(table)
+
+    def _load(self, table: TableSchema | str):
+        try:
+            return self.catalog.load_table(self.identifier(table))
+        except NoSuchTableError:
+            return None
+
+    def exists(self, table: TableSchema | str) -> bool:
+        return self.catalog.table_exists(self.identifier(table))
+
+    def ensure_table(self, table: TableSchema) -> bool:
+        if self.exists(table):
+            return False
+        try:
+            txn = self.catalog.create_table_transaction(self.identifier(table), schema=arrow_schema(table),
+                                                        properties=_PROPERTIES)
+            with txn.update_schema() as update:
+                update.set_identifier_fields(*table.key)
+            txn.commit_transaction()
+        except (ValueError, TypeError) as e:   # a type Iceberg cannot hold: named, never mapped lossily
+            raise ValueError(f"{table.qualified}: its columns cannot be an Iceberg table exactly: {e}") from e
+        except Exception as e:   # noqa: BLE001 - created concurrently
+            if self.exists(table):
+                return False
+            raise
+        log.info("created Iceberg table %s.%s", *self.identifier(table))
+        return True
+
+    def columns(self, table: TableSchema | str) -> list[str]:
+        t = self._load(table)
+        return [f.name for f in t.schema().fields] if t is not None else []
+
+    def drop_table(self, table: TableSchema) -> None:
+        """Empty the table in ``table``'s shape (a quarantined table rebuilt): one commit,
+        so its earlier snapshots stay readable (time travel)."""
+        t = self._load(table)
+        if t is None:
+            return
+        txn = t.transaction()
+        reshape(txn, t.schema(), arrow_schema(table))
+        if t.current_snapshot() is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # "did not match any records": an empty table
+                txn.delete(AlwaysTrue())
+        txn.commit_transaction()
+
+    def drop_all(self) -> list[str]:
+        names = sorted(name for _, name in self.catalog.list_tables(self.namespace))
+        for n in names:
+            self.catalog.purge_table((self.namespace, n))
+        return names
+
+    def count(self, table: TableSchema | str) -> int:
+        return self._load(table).scan().count()
+
+    def read(self, table: TableSchema | str, snapshot_id: int | None = None) -> pa.Table:
+        """The current-state table as Arrow (verification, tests), or an earlier snapshot."""
+        return self._load(table).scan(snapshot_id=snapshot_id).to_arrow()
+
+    def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]:
+        names = table.column_names + ([POS_COLUMN] if with_pos else [])
+        data = self.read(table).select(names)
+        return data.sort_by([(k, "ascending") for k in table.key]).to_pylist()
+
+    def version(self, table: TableSchema | str) -> int | None:
+        """The current snapshot's id (an Asset event's ``extra``), None while empty."""
+        snap = self._load(table).current_snapshot()
+        return snap.snapshot_id if snap is not None else None
+
+    # -- the applied position ----------------------------------------------------------
+    @staticmethod
+    def _applied(t, source: str) -> Position | None:
+        value = t.properties.get(_APPLIED + source)
+        return Position.decode(value) if value else None
+
+    def applied_pos(self, source: str, table: TableSchema | str) -> Position | None:
+        t = self._load(table)
+        return self._applied(t, source) if t is not None else None
+
+    def advance_applied(self, source: str, table: TableSchema | str, pos: Position,
+                        evolve: tuple | None = None) -> bool:
+        t = self._load(table)
+        applied = self._applied(t, source)
+        if applied is not None and pos <= applied:
+            return False
+        txn = t.transaction()
+        if evolve is not None:
+            self._evolve(txn, t, evolve, source, pos)
+        txn.set_properties({_APPLIED + source: pos.encode()})
+        txn.commit_transaction()
+        return True
+
+    def reset_applied(self, source: str, table: TableSchema | str) -> None:
+        t = self._load(table)
+        if t is not None and self._applied(t, source) is not None:
+            t.transaction().remove_properties(_APPLIED + source).commit_transaction()
+
+    def _evolve(self, txn, t, evolve: tuple, source: str, pos: Position) -> None:
+        """The rows rewritten in the new shape, in ``txn`` (one commit with the position)."""
+        ev, new = evolve
+        wanted = arrow_schema(new)
+        data = evolved(t.scan().to_arrow(), ev, new, wanted)
+        reshape(txn, t.schema(), data.schema, ev.rename)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # "did not match any records": an empty table
+            txn.overwrite(data, snapshot_properties={_APPLIED + source: pos.encode()})
+        log.info("Iceberg table %s: %s", t.name(), ev.describe())
+
+    # -- writes --------------------------------------------------------------------------
+    def _file_schema(self, t) -> pa.Schema:
+        return schema_to_pyarrow(t.schema(), include_field_ids=False)
+
+    @staticmethod
+    def _rewrite(txn, t, key: list[str], files: list, keep_masks: list, added: pa.Table | None,
+                 props: dict) -> None:
+        """Replace ``files`` by files of their rows where ``keep_masks`` holds and ``added``'s
+        rows (sorted by key: files keep narrow key ranges), in one snapshot of ``txn``
+        (copy-on-write; no delete files)."""
+        kept = [f.filter(m) for f, m in zip((x for _, x in files), keep_masks)]
+        data = pa.concat_tables(kept + ([added] if added is not None else [])) if kept or added else None
+        if data is not None and data.num_rows:
+            data = data.sort_by([(k, "ascending") for k in key])
+        if not files:
+            if data is not None and data.num_rows:
+                txn.append(data, snapshot_properties=props)
+            return
+        new_files = list(_dataframe_to_data_files(table_metadata=txn.table_metadata, df=data, io=t.io,
+                                                  write_uuid=uuid.uuid4())) if data is not None and data.num_rows else []
+        with txn.update_snapshot(snapshot_properties=props).overwrite() as snapshot:
+            for task, _ in files:
+                snapshot.delete_data_file(task.file)
+            for f in new_files:
+                snapshot.append_data_file(f)
+
+    def _read_files(self, t, tasks) -> list:
+        scan = ArrowScan(table_metadata=t.metadata, io=t.io, projected_schema=t.schema(), row_filter=AlwaysTrue())
+        schema = self._file_schema(t)
+        return [(task, scan.to_table(tasks=[task]).cast(schema)) for task in tasks]
+
+    def merge_batch(self, table: TableSchema, pages: pa.Table | Iterable[pa.Table], source: str,
+                    new_pos: Position, run_id: str, evolve: tuple | None = None) -> MergeResult:
+        t0 = time.monotonic()
+        t = self._load(table)
+        applied = self._applied(t, source)
+        if applied is not None and new_pos <= applied:   # the batch is in already (a replay): no commit
+            return MergeResult()
+        names = table.column_names + [POS_COLUMN, OP_COLUMN]
+        schema = self._file_schema(t)
+        want = pa.schema([schema.field(n) for n in names])
+        batch = pa.concat_tables([p.select(names).cast(want) for p in
+                                  ([pages] if isinstance(pages, pa.Table) else pages)] or [want.empty_table()])
+        if applied is not None:   # below the position: applied already
+            batch = batch.filter(pc.greater_equal(batch[POS_COLUMN], applied.encode()))
+        t1 = time.monotonic()
+        key = list(table.key)
+        files = self._read_files(t, affected_files(t, batch, key)) if batch.num_rows else []
+        m = matched(batch, [f for _, f in files], key)
+        # rows written: new keys and newer updates; kept columns (lenient) keep the old row's value
+        written = batch.filter(m.write)
+        kept_cols = [n for n in schema.names if n not in names]
+        if kept_cols and written.num_rows:
+            written = m.with_kept(written, [f for _, f in files], kept_cols)
+        written = written.select(schema.names).cast(schema) if written.num_rows else None
+        moved = evolve is None
+        shown = new_pos if moved else applied   # the snapshot summary's position
+        props = {_APPLIED + source: shown.encode() if shown else ""}
+        txn = t.transaction()
+        replaced = [(f, mask) for f, mask in zip(files, m.keep_masks) if not pc.all(mask).as_py()]
+        self._rewrite(txn, t, key, [f for f, _ in replaced], [mask for _, mask in replaced], written, props)
+        if moved:
+            txn.set_properties({_APPLIED + source: new_pos.encode()})
+        txn.commit_transaction()
+        if evolve is not None:   # a second commit: the new shape with the position (a crash between re-merges: no change)
+            t = self._load(table)
+            txn = t.transaction()
+            self._evolve(txn, t, evolve, source, new_pos)
+            txn.set_properties({_APPLIED + source: new_pos.encode()})
+            txn.commit_transaction()
+            moved = True
+        res = MergeResult(inserted=m.inserted, updated=m.updated, deleted=m.deleted, stale=m.stale,
+                          staged=batch.num_rows, checkpoint_moved=moved, stage_s=t1 - t0,
+                          merge_s=time.monotonic() - t1)
+        log.info("merged %d rows into Iceberg table %s: %s", batch.num_rows, t.name(), res)
+        return res
+
+    def delete_orphans(self, table: TableSchema, source: str, keep: pa.Table, below: Position,
+                       until: Position, in_source=None) -> int | None:
+        """The sweep of a full dump (engine/sweep.py): rows below ``below`` whose key is not in
+        ``keep`` and not in the source now, deleted in one commit, once every event below
+        ``until`` is applied (a commit racing it fails and the sweep is run again)."""
+        t = self._load(table)
+        applied = self._applied(t, source) if t is not None else None
+        if applied is None or applied < until:
+            return None
+        key = list(table.key)
+        gone = orphans(t.scan(selected_fields=tuple(key + [POS_COLUMN])).to_arrow(), keep, key, below,
+                       table, in_source)
+        if gone.num_rows == 0:
+            return 0
+        files = self._read_files(t, affected_files(t, gone, key))
+        marks = gone.append_column(POS_COLUMN, pa.array([below.encode()] * gone.num_rows, pa.string()))
+        marks = marks.append_column(OP_COLUMN, pa.array([_DELETE] * gone.num_rows, pa.string()))
+        m = matched(marks, [f for _, f in files], key)
+        replaced = [(f, mask) for f, mask in zip(files, m.keep_masks) if not pc.all(mask).as_py()]
+        if not replaced:
+            return 0
+        txn = t.transaction()
+        self._rewrite(txn, t, key, [f for f, _ in replaced], [mask for _, mask in replaced], None,
+                      {_APPLIED + source: applied.encode()})
+        txn.commit_transaction()
+        return m.deleted
