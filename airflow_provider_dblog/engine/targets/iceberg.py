@@ -55,7 +55,9 @@ _APPLIED = "dblog.applied."   # + source: the table property holding the applied
 # copy-on-write everywhere: readers never meet delete files
 _PROPERTIES = {"format-version": "2", "write.delete.mode": "copy-on-write",
                "write.update.mode": "copy-on-write", "write.merge.mode": "copy-on-write",
-               "write.parquet.compression-codec": "zstd"}
+               "write.parquet.compression-codec": "zstd",
+               # old metadata files go with each commit (iceberg_maintain.py does the data files)
+               "write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "50"}
 
 
 def _warehouse(path: str) -> str:
@@ -168,6 +170,17 @@ class IcebergTarget:   # implements targets.base.Target
         """The current snapshot's id (an Asset event's ``extra``), None while empty."""
         snap = self._load(table).current_snapshot()
         return snap.snapshot_id if snap is not None else None
+
+    def uri(self, table: TableSchema | str) -> str:
+        """The table's Asset URI: its catalog's database, namespace and name."""
+        ep = self.config.endpoint
+        return f"iceberg://{ep.host}:{ep.port}/{ep.database}/{self.namespace}/{target_table_name(table)}"
+
+    def maintain(self, table: TableSchema, retention_hours: float, dry_run: bool = False) -> dict:
+        """Compact small files, expire old snapshots, delete unreferenced files
+        (iceberg_maintain.py): a report of file counts before and after."""
+        from .iceberg_maintain import maintain
+        return maintain(self._load(table), list(table.key), retention_hours, dry_run)
 
     # -- the applied position ----------------------------------------------------------
     @staticmethod

@@ -382,6 +382,14 @@ class PostgresTarget:  # implements targets.base.Target
         with self.conn, self.conn.cursor() as cur:
             return self._table_exists(cur, target_table_name(table))
 
+    @staticmethod
+    def uri(table: TableSchema | str) -> None:   # its Asset is the source table's (assets.table_asset)
+        return None
+
+    @staticmethod
+    def version(table: TableSchema | str) -> None:   # a SQL table has no versions
+        return None
+
     def drop_all(self) -> list[str]:
         """Drop every table this target created in its schema (tests, demo resets): only
         dblog's own (``pg_tables.dblog_tables``). The schema itself stays."""
