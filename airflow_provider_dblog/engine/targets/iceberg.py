@@ -225,32 +225,43 @@ class IcebergTarget:   # implements targets.base.Target
     def _file_schema(self, t) -> pa.Schema:
         return schema_to_pyarrow(t.schema(), include_field_ids=False)
 
-    @staticmethod
-    def _rewrite(txn, t, key: list[str], files: list, keep_masks: list, added: pa.Table | None,
-                 props: dict) -> None:
-        """Replace ``files`` by files of their rows where ``keep_masks`` holds and ``added``'s
-        rows (sorted by key: files keep narrow key ranges), in one snapshot of ``txn``
-        (copy-on-write; no delete files)."""
-        kept = [f.filter(m) for f, m in zip((x for _, x in files), keep_masks)]
-        data = pa.concat_tables(kept + ([added] if added is not None else [])) if kept or added else None
-        if data is not None and data.num_rows:
-            data = data.sort_by([(k, "ascending") for k in key])
-        if not files:
-            if data is not None and data.num_rows:
-                txn.append(data, snapshot_properties=props)
+    def _rewrite(self, txn, t, replaced: list, added: pa.Table | None, props: dict) -> None:
+        """One snapshot of ``txn``: each ``(task, keep mask)`` of ``replaced`` swapped for a file
+        of its kept rows (read and written one file at a time), and ``added``'s rows in new
+        files; a plain append when nothing is replaced (copy-on-write: no delete files)."""
+        full = self._reader(t, None)
+        schema = self._file_schema(t)
+        new_files = []
+        for task, keep in replaced:
+            rows = full.to_table(tasks=[task]).cast(schema).filter(keep)
+            if rows.num_rows:   # a file's rows stay in its order (sorted by key when written)
+                new_files += _dataframe_to_data_files(table_metadata=txn.table_metadata, df=rows, io=t.io,
+                                                      write_uuid=uuid.uuid4())
+        if added is not None and added.num_rows:
+            new_files += _dataframe_to_data_files(table_metadata=txn.table_metadata, df=added, io=t.io,
+                                                  write_uuid=uuid.uuid4())
+        if not replaced:
+            if new_files:
+                with txn.update_snapshot(snapshot_properties=props).fast_append() as snapshot:
+                    for f in new_files:
+                        snapshot.append_data_file(f)
             return
-        new_files = list(_dataframe_to_data_files(table_metadata=txn.table_metadata, df=data, io=t.io,
-                                                  write_uuid=uuid.uuid4())) if data is not None and data.num_rows else []
         with txn.update_snapshot(snapshot_properties=props).overwrite() as snapshot:
-            for task, _ in files:
+            for task, _ in replaced:
                 snapshot.delete_data_file(task.file)
             for f in new_files:
                 snapshot.append_data_file(f)
 
-    def _read_files(self, t, tasks) -> list:
-        scan = ArrowScan(table_metadata=t.metadata, io=t.io, projected_schema=t.schema(), row_filter=AlwaysTrue())
-        schema = self._file_schema(t)
-        return [(task, scan.to_table(tasks=[task]).cast(schema)) for task in tasks]
+    @staticmethod
+    def _reader(t, columns: list[str] | None) -> ArrowScan:
+        projected = t.schema() if columns is None else t.schema().select(*columns)
+        return ArrowScan(table_metadata=t.metadata, io=t.io, projected_schema=projected, row_filter=AlwaysTrue())
+
+    def _read_files(self, t, tasks, columns: list[str]) -> list[pa.Table]:
+        """``columns`` of each data file of ``tasks`` (the key and position: what a merge matches on)."""
+        reader, schema = self._reader(t, columns), self._file_schema(t)
+        want = pa.schema([schema.field(c) for c in columns])
+        return [reader.to_table(tasks=[task]).cast(want) for task in tasks]
 
     def merge_batch(self, table: TableSchema, pages: pa.Table | Iterable[pa.Table], source: str,
                     new_pos: Position, run_id: str, evolve: tuple | None = None) -> MergeResult:
@@ -268,20 +279,21 @@ class IcebergTarget:   # implements targets.base.Target
             batch = batch.filter(pc.greater_equal(batch[POS_COLUMN], applied.encode()))
         t1 = time.monotonic()
         key = list(table.key)
-        files = self._read_files(t, affected_files(t, batch, key)) if batch.num_rows else []
-        m = matched(batch, [f for _, f in files], key)
+        tasks = affected_files(t, batch, key) if batch.num_rows else []
+        m = matched(batch, self._read_files(t, tasks, key + [POS_COLUMN]), key)
         # rows written: new keys and newer updates; kept columns (lenient) keep the old row's value
         written = batch.filter(m.write)
         kept_cols = [n for n in schema.names if n not in names]
         if kept_cols and written.num_rows:
-            written = m.with_kept(written, [f for _, f in files], kept_cols)
-        written = written.select(schema.names).cast(schema) if written.num_rows else None
+            written = m.with_kept(written, self._read_files(t, tasks, kept_cols), kept_cols)
+        written = written.select(schema.names).cast(schema).sort_by([(k, "ascending") for k in key]) \
+            if written.num_rows else None
         moved = evolve is None
         shown = new_pos if moved else applied   # the snapshot summary's position
         props = {_APPLIED + source: shown.encode() if shown else ""}
         txn = t.transaction()
-        replaced = [(f, mask) for f, mask in zip(files, m.keep_masks) if not pc.all(mask).as_py()]
-        self._rewrite(txn, t, key, [f for f, _ in replaced], [mask for _, mask in replaced], written, props)
+        self._rewrite(txn, t, [(task, keep) for task, keep in zip(tasks, m.keep_masks) if not pc.all(keep).as_py()],
+                      written, props)
         if moved:
             txn.set_properties({_APPLIED + source: new_pos.encode()})
         txn.commit_transaction()
@@ -312,15 +324,14 @@ class IcebergTarget:   # implements targets.base.Target
                        table, in_source)
         if gone.num_rows == 0:
             return 0
-        files = self._read_files(t, affected_files(t, gone, key))
+        tasks = affected_files(t, gone, key)
         marks = gone.append_column(POS_COLUMN, pa.array([below.encode()] * gone.num_rows, pa.string()))
         marks = marks.append_column(OP_COLUMN, pa.array([_DELETE] * gone.num_rows, pa.string()))
-        m = matched(marks, [f for _, f in files], key)
-        replaced = [(f, mask) for f, mask in zip(files, m.keep_masks) if not pc.all(mask).as_py()]
+        m = matched(marks, self._read_files(t, tasks, key + [POS_COLUMN]), key)
+        replaced = [(task, keep) for task, keep in zip(tasks, m.keep_masks) if not pc.all(keep).as_py()]
         if not replaced:
             return 0
         txn = t.transaction()
-        self._rewrite(txn, t, key, [f for f, _ in replaced], [mask for _, mask in replaced], None,
-                      {_APPLIED + source: applied.encode()})
+        self._rewrite(txn, t, replaced, None, {_APPLIED + source: applied.encode()})
         txn.commit_transaction()
         return m.deleted
