@@ -149,7 +149,7 @@ class IcebergTarget:   # implements targets.base.Target
         txn.commit_transaction()
 
     def drop_all(self) -> list[str]:
-        names = sorted(name for _, name in self.catalog.list_tables(self.namespace))
+        names = self.table_names()
         for n in names:
             self.catalog.purge_table((self.namespace, n))
         return names
@@ -176,11 +176,18 @@ class IcebergTarget:   # implements targets.base.Target
         ep = self.config.endpoint
         return f"iceberg://{ep.host}:{ep.port}/{ep.database}/{self.namespace}/{target_table_name(table)}"
 
-    def maintain(self, table: TableSchema, retention_hours: float, dry_run: bool = False) -> dict:
-        """Compact small files, expire old snapshots, delete unreferenced files
-        (iceberg_maintain.py): a report of file counts before and after."""
+    def table_names(self) -> list[str]:
+        return sorted(name for _, name in self.catalog.list_tables(self.namespace))
+
+    def maintain(self, table: TableSchema | str, retention_hours: float = 168, dry_run: bool = False,
+                 z_order: bool = False):
+        """Compact small files (sorted by key), expire old snapshots, delete unreferenced
+        files (iceberg_maintain.py): a report of file counts before and after. ``table``: a
+        schema, ``db.table`` or a name from :meth:`table_names`. (Files are always sorted by
+        key: ``z_order`` changes nothing here.)"""
         from .iceberg_maintain import maintain
-        return maintain(self._load(table), list(table.key), retention_hours, dry_run)
+        name = table if isinstance(table, str) and table in self.table_names() else target_table_name(table)
+        return maintain(self.catalog.load_table((self.namespace, name)), retention_hours, dry_run)
 
     # -- the applied position ----------------------------------------------------------
     @staticmethod

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlparse
 
@@ -35,12 +36,12 @@ def data_files(t) -> list:
     return list(t.scan().plan_files()) if t.current_snapshot() is not None else []
 
 
-def compact(t, key: list[str], target_file_bytes: int = TARGET_FILE_BYTES) -> tuple[int, int]:
-    """Rewrite the small data files of ``t`` into sorted ones: (files before, files after)."""
+def compact(t, key: list[str], target_file_bytes: int = TARGET_FILE_BYTES) -> int:
+    """Rewrite the small data files of ``t`` into sorted ones: how many it replaced."""
     tasks = data_files(t)
     small = [task for task in tasks if task.file.file_size_in_bytes < target_file_bytes // 2]
     if len(small) < 2:
-        return len(tasks), len(tasks)
+        return 0
     scan = ArrowScan(table_metadata=t.metadata, io=t.io, projected_schema=t.schema(), row_filter=AlwaysTrue())
     schema = schema_to_pyarrow(t.schema(), include_field_ids=False)
     data = pa.concat_tables([scan.to_table(tasks=[task]).cast(schema) for task in small])
@@ -54,7 +55,7 @@ def compact(t, key: list[str], target_file_bytes: int = TARGET_FILE_BYTES) -> tu
         for f in new:
             snapshot.append_data_file(f)
     txn.commit_transaction()
-    return len(tasks), len(tasks) - len(small) + len(new)
+    return len(small)
 
 
 def expire(t, retention_hours: float) -> tuple[int, int]:
@@ -86,17 +87,48 @@ def _delete_unreferenced(t, older_than: float) -> int:
     return deleted
 
 
-def maintain(t, key: list[str], retention_hours: float, dry_run: bool = False) -> dict:
-    """Compact, then expire: a report of file counts before and after."""
+@dataclass
+class MaintainReport:   # the fields of delta_maintain.MaintainReport: `dblog maintain` prints either
+    table: str
+    files_before: int
+    files_after: int
+    bytes_before: int
+    bytes_after: int
+    version_before: int | None      # the current snapshot id
+    version_after: int | None
+    files_compacted: int = 0        # small files the compaction replaced
+    files_vacuumed: int = 0         # unreferenced data files deleted
+    snapshots_expired: int = 0
+    dry_run: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _sizes(t) -> tuple[int, int]:
+    files = data_files(t)
+    return len(files), sum(task.file.file_size_in_bytes for task in files)
+
+
+def _snapshot_id(t) -> int | None:
+    snap = t.current_snapshot()
+    return snap.snapshot_id if snap is not None else None
+
+
+def maintain(t, retention_hours: float, dry_run: bool = False) -> MaintainReport:
+    """Compact (by the table's key, its identifier fields), then expire."""
+    if retention_hours < MIN_RETENTION_HOURS:
+        raise ValueError(f"retention must be at least {MIN_RETENTION_HOURS} hour(s), not {retention_hours}")
     t0 = time.monotonic()
-    files_before = len(data_files(t))
-    snapshots_before = len(t.metadata.snapshots)
-    if dry_run:
-        return {"files_before": files_before, "files_after": files_before, "snapshots_before": snapshots_before,
-                "snapshots_expired": 0, "files_deleted": 0, "dry_run": True}
-    compact(t, key)
-    t = t.refresh()
-    expired, deleted = expire(t, retention_hours)
-    t = t.refresh()
-    return {"files_before": files_before, "files_after": len(data_files(t)), "snapshots_before": snapshots_before,
-            "snapshots_expired": expired, "files_deleted": deleted, "seconds": round(time.monotonic() - t0, 3)}
+    files, size = _sizes(t)
+    report = MaintainReport(t.name()[-1], files, files, size, size, _snapshot_id(t), _snapshot_id(t),
+                            dry_run=dry_run)
+    if not dry_run:
+        report.files_compacted = compact(t, list(t.schema().identifier_field_names()))
+        report.snapshots_expired, report.files_vacuumed = expire(t.refresh(), retention_hours)
+        t = t.refresh()
+        report.files_after, report.bytes_after = _sizes(t)
+        report.version_after = _snapshot_id(t)
+    report.seconds = round(time.monotonic() - t0, 3)
+    return report
