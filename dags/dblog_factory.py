@@ -5,11 +5,13 @@ For each source:  ``dblog_tail__<source>`` (continuous, bounded runs),
                   chunk by default, or one Spark application for the whole dump),
                   ``dblog_repair__<source>`` (the UI form: all, one table, keys, WHERE),
                   ``dblog_dump_control__<source>`` (pause, resume, cancel a request).
-For each target:  ``dblog_apply__<target>`` (updates one Asset per table).
+For each target:  ``dblog_apply__<target>`` (updates one Asset per table);
+                  ``dblog_maintain__<target>`` for a lake target (Delta, Iceberg): compaction
+                  and cleanup on ``maintain_schedule`` (default daily) and from a form.
 
 Optional ``airflow:`` section of the config:
     airflow: {tail_run_seconds: 60, apply_schedule: event, spark_conn_id: spark_default,
-              dump_dag: chunks, chunks_per_run: null}
+              dump_dag: chunks, chunks_per_run: null, maintain_schedule: "@daily"}
 
 ``apply_schedule``: ``event`` (default) schedules the apply DAG on the Asset
 ``dblog-ready://<target>``, whose AssetWatcher (``ApplyReadyTrigger``, in the triggerer) adds
@@ -38,6 +40,7 @@ from airflow_provider_dblog.operators.apply import DBLogApplyOperator
 from airflow_provider_dblog.operators.chunk import DBLogChunkDumpOperator
 from airflow_provider_dblog.operators.dump import (DBLogCreateDumpOperator, DBLogDumpControlOperator,
                                                    DBLogDumpOperator)
+from airflow_provider_dblog.operators.maintain import DBLogMaintainOperator
 from airflow_provider_dblog.operators.reconcile import DBLogReconcileOperator
 from airflow_provider_dblog.operators.tail import DBLogTailOperator
 from airflow_provider_dblog.params import repair_params
@@ -45,7 +48,8 @@ from airflow_provider_dblog.sensors.watermark import DBLogHighWatermarkSensor
 
 START = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
 DEFAULTS = {"tail_run_seconds": 60, "apply_schedule": "event", "spark_conn_id": "spark_default",
-            "chunks_per_run": None, "dump_dag": "chunks"}
+            "chunks_per_run": None, "dump_dag": "chunks", "maintain_schedule": "@daily"}
+LAKE_KINDS = ("delta", "iceberg")
 EVENT = "event"
 DUMP_DAGS = ("chunks", "application")
 CHUNK_GROUPS = 10  # chunk task groups per run of a chunked dump DAG, unless chunks_per_run says
@@ -65,18 +69,22 @@ def _options(path: str) -> dict:
     if runs is not None and (not isinstance(runs, int) or isinstance(runs, bool) or runs < 1):
         raise ValueError(f"{path}: airflow.chunks_per_run must be a whole number >= 1 or null, not {runs!r}")
     _check_schedule(path, opts["apply_schedule"])
+    _check_schedule(path, opts["maintain_schedule"], "maintain_schedule")
     return opts
 
 
-def _check_schedule(path: str, schedule) -> None:
-    """``apply_schedule`` must be ``event``, null, a cron expression or an Airflow preset."""
+def _check_schedule(path: str, schedule, name: str = "apply_schedule") -> None:
+    """``apply_schedule`` must be ``event``, null, a cron expression or an Airflow preset
+    (``maintain_schedule`` the same, without ``event``)."""
     from croniter import croniter
-    presets = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
-    if schedule is None or schedule == EVENT or (isinstance(schedule, str) and (
+    presets = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+    event = name == "apply_schedule"
+    if schedule is None or (event and schedule in (EVENT, "@continuous")) or (isinstance(schedule, str) and (
             schedule in presets or croniter.is_valid(schedule))):
         return
-    raise ValueError(f"{path}: airflow.apply_schedule must be {EVENT!r} (apply as soon as there is "
-                     f"something to apply), a cron expression such as '*/2 * * * *', an Airflow preset "
+    raise ValueError(f"{path}: airflow.{name} must be "
+                     + (f"{EVENT!r} (apply as soon as there is something to apply), " if event else "")
+                     + f"a cron expression such as '*/2 * * * *', an Airflow preset "
                      f"({', '.join(presets)}) or null (only when triggered), not {schedule!r}")
 
 
@@ -185,7 +193,31 @@ def build_dags(config_path: str) -> dict[str, DAG]:
             DBLogApplyOperator(task_id="apply", config_path=config_path, target=target.name,
                                conn_id=opts["spark_conn_id"])
         dags[d.dag_id] = d
+        if target.kind in LAKE_KINDS:
+            dags.update(_maintain_dag(config_path, target, opts))
     return dags
+
+
+def _maintain_dag(config_path: str, target, opts: dict) -> dict[str, DAG]:
+    with DAG(f"dblog_maintain__{target.name}", schedule=opts["maintain_schedule"], start_date=START,
+             catchup=False, max_active_runs=1, tags=["dblog", f"target:{target.name}", "maintenance"],
+             description=f"Compacts and cleans up the {target.kind} tables of {target.name}",
+             params={"tables": Param("", type="string", title="Tables",
+                                     description="Comma-separated db.table names; empty: every table."),
+                     "retention_hours": Param(168, type="integer", minimum=1, title="Retention (hours)",
+                                              description="Time travel kept: older snapshots and unreferenced "
+                                                          "files go."),
+                     "dry_run": Param(False, type="boolean", title="Dry run", description="Count only."),
+                     "z_order": Param(False, type="boolean", title="Z-order (Delta)",
+                                      description="Rewrite the table clustered by its key.")},
+             doc_md=f"Maintenance of the **{target.kind}** target **{target.name}**: small files compacted "
+                    "(sorted by key), snapshots and files older than the retention removed. Rows and the "
+                    "applied position never change; readers and a running apply are not disturbed. The "
+                    "task log and XCom give the file counts before and after.") as d:
+        DBLogMaintainOperator(task_id="maintain", config_path=config_path, target=target.name,
+                              tables="{{ params.tables }}", retention_hours="{{ params.retention_hours }}",
+                              dry_run="{{ params.dry_run }}", z_order="{{ params.z_order }}")
+    return {d.dag_id: d}
 
 
 def _chunk_groups(create, dag_id: str, config_path: str, source: str, opts: dict) -> None:
