@@ -25,8 +25,9 @@ TESTS ?= tests
 bootstrap:
 	$(BOOTSTRAP)
 
+# DEMO_ARGS="--target-kind delta" (or iceberg): the demo applies into a lake table and reads it back
 demo: bootstrap
-	cd $(REPO) && $(RUN_ENV) $(VENV)/bin/dblog demo --config airflow_provider_dblog/devenv/demo.yaml
+	cd $(REPO) && $(RUN_ENV) $(VENV)/bin/dblog demo --config airflow_provider_dblog/devenv/demo.yaml $(DEMO_ARGS)
 
 airflow: bootstrap
 	cd $(REPO) && $(RUN_ENV) $(PY) -m airflow_provider_dblog.devenv.airflow_local standalone airflow_provider_dblog/devenv/demo.yaml

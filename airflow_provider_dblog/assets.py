@@ -15,6 +15,14 @@ def table_asset(source: str, table: str) -> Asset:
                  group="dblog")
 
 
+def lake_table_asset(target: str, table: str, uri: str) -> Asset:
+    """The Asset of a lake target's table (``uri``: the Delta table's location, or
+    ``iceberg://<catalog host:port>/<database>/<namespace>/<table>``): what a consumer that
+    reads the lake table schedules on."""
+    db, name = table.split(".", 1)
+    return Asset(uri=uri, name=f"dblog.{target}.{db}.{name}", group="dblog")
+
+
 def apply_alias(target: str) -> AssetAlias:
     """The outlet of a target's apply task: it resolves to the table Assets whose rows that
     run changed (``DBLogApplyOperator`` adds one event per changed table)."""

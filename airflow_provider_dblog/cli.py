@@ -152,6 +152,24 @@ def cmd_apply(cfg: Config, args) -> int:
     return 0
 
 
+def cmd_maintain(cfg: Config, args) -> int:
+    """Compaction and vacuum of a lake target's tables (engine/maintain.py), one JSON line
+    per table with its file counts before and after. A PostgreSQL target: nothing to do."""
+    from .engine.maintain import run_maintain
+    try:
+        out = run_maintain(cfg, args.target, args.table, retention_hours=args.retention_hours,
+                           dry_run=args.dry_run, z_order=args.z_order)
+    except ValueError as e:   # an unknown table, a retention shorter than the table allows
+        print(f"dblog: error: {e}", file=sys.stderr)
+        return 2
+    head = {"target": out["target"], "kind": out["kind"]}
+    if not out["tables"]:
+        print(json.dumps(head | {k: v for k, v in out.items() if k in ("status", "why")}))
+    for report in out["tables"].values():
+        print(json.dumps(head | report))
+    return 0
+
+
 def status(cfg: Config, source_name: str | None = None) -> dict:
     src_cfg, state, store = _parts(cfg, source_name)
     cp = state.checkpoint()
@@ -210,7 +228,7 @@ def cmd_status(cfg: Config, args) -> int:
 def cmd_demo(cfg: Config, args) -> int:
     from .devenv.demo import run_demo
     return run_demo(cfg, rows=args.rows, writers=args.writers, via=args.via,
-                    sources=[args.source] if args.source else None)
+                    sources=[args.source] if args.source else None, target_kind=args.target_kind)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -270,6 +288,15 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--via", choices=("auto", "local", "spark"), default="auto",
                    help="auto (default): in-process up to apply.local_max_events events, else Spark")
     a.set_defaults(func=cmd_apply)
+    mt = sub.add_parser("maintain", help="compact and vacuum a lake target's tables (file counts as JSON lines)")
+    mt.add_argument("--target", help="the target (default: the only one)")
+    mt.add_argument("--table", help="comma-separated db.table list (default: every table of the target)")
+    mt.add_argument("--retention-hours", type=int, default=168,
+                    help="vacuum files unreferenced for this long (default 168: a week of time travel; "
+                         "less than the table's delta.deletedFileRetentionDuration is refused)")
+    mt.add_argument("--z-order", action="store_true", help="rewrite the table clustered by its key (all files)")
+    mt.add_argument("--dry-run", action="store_true", help="count only: no compaction, list what vacuum would remove")
+    mt.set_defaults(func=cmd_maintain)
     sub.add_parser("status", help="positions, lag, windows, dump progress").set_defaults(func=cmd_status)
     r = sub.add_parser("reset", help="after lost Redis state or a purged log: capture again from the log head "
                                      "and re-dump every table")
@@ -283,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--writers", type=int, default=2)
     m.add_argument("--via", choices=("airflow", "engine"), default="airflow",
                    help="run the flow through the Airflow DAGs (default) or the dblog command")
+    m.add_argument("--target-kind", choices=("postgres", "delta", "iceberg"), default="postgres",
+                   help="apply into the source's target of this kind (the demo config has one of each)")
     m.set_defaults(func=cmd_demo)
     return p
 

@@ -41,7 +41,7 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(1, _ROOT)
 
-from airflow_provider_dblog.engine.apply_batch import stage_and_merge  # noqa: E402
+from airflow_provider_dblog.engine.apply_batch import ordered_events, stage_and_merge  # noqa: E402
 from airflow_provider_dblog.engine.apply_plan import (  # noqa: E402
     SPARK,
     apply_tables,
@@ -50,6 +50,7 @@ from airflow_provider_dblog.engine.apply_plan import (  # noqa: E402
     resolve_tables,
     run_result,
 )
+from airflow_provider_dblog.engine.events import event_arrow_schema  # noqa: E402
 from spark_jobs.common import event_spark_schema, job_parser, load, log_to_stderr, run_job, spark_session  # noqa: E402
 
 log = logging.getLogger("dblog.apply")
@@ -132,8 +133,11 @@ class Applier:
         flat.write.mode("overwrite").parquet(stage_uri)
         t_spark = time.monotonic() - t1
         try:
+            # a changelog table takes every event of the batch, read here in position order a
+            # page at a time (pyarrow in the driver, never collected: apply_batch.ordered_events)
+            events = ordered_events(self.store.fs, files, event_arrow_schema(schema), lo, hi)
             out = stage_and_merge(self.target, batch, self.store.read_stage(table, self.run_id),
-                                  self.source_name, self.run_id, t0)
+                                  self.source_name, self.run_id, t0, events=events)
         finally:
             self.store.remove_stage(table, self.run_id)
         out.update(spark_s=round(t_spark, 3), via=SPARK)

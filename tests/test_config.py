@@ -137,3 +137,20 @@ def test_an_iceberg_target_takes_a_warehouse_path_and_its_catalog_server():
     raw["targets"]["lake"].pop("path")
     with pytest.raises(ConfigError, match="iceberg target needs 'path'"):
         parse_config(raw, env=env)
+
+
+def test_a_lake_target_may_keep_changelog_tables_and_a_sql_target_may_not():
+    env = {"AIRFLOW_CONN_SHOP_DB": "mysql://u:p@h:1/d", "AIRFLOW_CONN_STATE_REDIS": "redis://r:6379/0",
+           "AIRFLOW_CONN_WH_DB": "postgresql://u:p@h:5432/wh"}
+    raw = json.loads(json.dumps(BASE))
+    assert parse_config(raw, env=env).target().changelog is False   # off unless asked
+    raw["targets"]["lake"] = {"kind": "delta", "source": "shop", "path": "/data/lake", "changelog": True}
+    cfg = parse_config(raw, env=env)
+    assert (cfg.target("lake").changelog, cfg.target("wh").changelog) == (True, False)
+    raw["targets"]["lake"]["changelog"] = "yes"
+    with pytest.raises(ConfigError, match=r"targets.lake.changelog: must be true or false, not 'yes'"):
+        parse_config(raw, env=env)
+    raw["targets"]["lake"]["changelog"] = False
+    raw["targets"]["wh"]["changelog"] = True
+    with pytest.raises(ConfigError, match="only a delta or iceberg target keeps changelog tables, not a postgres"):
+        parse_config(raw, env=env)

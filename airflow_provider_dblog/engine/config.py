@@ -84,6 +84,7 @@ class TargetConfig:
     source: str
     schema: str = "public"
     path: str = ""              # a lake target's root: one table directory per source table
+    changelog: bool = False     # a lake target: also each table's changelog (targets/changelog.py)
 
 
 @dataclass(frozen=True)
@@ -282,9 +283,15 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
             raise ConfigError(f"{where}: source {d.get('source')!r} is not configured")
         if d["kind"] in ("delta", "iceberg") and not str(d.get("path") or "").strip():
             raise ConfigError(f"{where}: a {d['kind']} target needs 'path' (the directory its tables live under)")
+        changelog = d.get("changelog", False)
+        if not isinstance(changelog, bool):
+            raise ConfigError(f"{where}.changelog: must be true or false, not {changelog!r}")
+        if changelog and d["kind"] not in ("delta", "iceberg"):
+            raise ConfigError(f"{where}.changelog: only a delta or iceberg target keeps changelog tables, "
+                              f"not a {d['kind']} target")
         targets[name] = TargetConfig(name=name, kind=d["kind"], source=d["source"], path=str(d.get("path", "")),
                                      endpoint=None if d["kind"] == "delta" else _endpoint(d, where),
-                                     schema=check_identifier(d.get("schema", "public")))
+                                     schema=check_identifier(d.get("schema", "public")), changelog=changelog)
     state = raw.get("state") or {}
     storage = raw.get("storage") or {}
     if "redis_url" not in state and state.get("conn_id"):

@@ -89,3 +89,19 @@ class UncarriedValueError(DBLogError, ValueError):
 class ZeroDateError(UncarriedValueError):
     """A MySQL zero date (or one with a zero part): carried as NULL only when the source's
     ``zero_dates`` setting says so."""
+
+
+class TargetValueError(UncarriedValueError):
+    """A value one target cannot hold exactly (a date past what a lake table's readers
+    hold: engine/targets/lake_values.py), though the event log carries it. Never clamped:
+    that table's apply to that target is held (its checkpoint stays, the result says
+    ``"status": "held"`` with this message) while other tables and targets go on; a later
+    change of the row at the source lets it pass."""
+
+    def __init__(self, message: str, table: str = "", column: str = "", value: str = "", at: str = ""):
+        super().__init__(message)
+        self.table, self.column, self.value, self.at = table, column, value, at
+
+    def held(self) -> dict:
+        """The ``held`` entry of the table's apply result."""
+        return {"at": self.at, "error": str(self)}

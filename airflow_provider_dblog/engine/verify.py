@@ -4,7 +4,8 @@ The source is read the way the dump reads it (the source's select expressions an
 value conversion); the target is read as PostgreSQL's text of every value that is
 not a plain int, float, bool or bytea, parsed by engine/values.py. Both sides are
 normalised per logical type (exact: a numeric keeps its scale, a float its bits) and
-compared by key through a digest per row, so a million rows fit in memory.
+compared by key through a digest per row, so a million rows fit in memory. A lake
+target's rows are read as Arrow (:func:`arrow_rows`).
 """
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import pyarrow as pa
+
+from .arrow_values import from_arrow
 from .config import SourceConfig, TargetConfig
 from .keys import encode_key
 from .schema import TableSchema
@@ -124,15 +128,25 @@ def compare(table: TableSchema, source_rows: Iterator[tuple], target_rows: Itera
     return diff
 
 
-def _delta_rows(cfg: TargetConfig, table: TableSchema) -> Iterator[tuple]:
-    from .targets.delta import DeltaTarget
-    data = DeltaTarget(cfg).read(table).select(table.column_names)
-    for batch in data.to_batches(20_000):
-        yield from zip(*(c.to_pylist() for c in batch.columns))
+def arrow_rows(table: TableSchema, data: pa.Table) -> Iterator[tuple]:
+    """A target's rows read as Arrow (any lake table), in the form the source side gives:
+    dates and timestamps through their integers (arrow_values.from_arrow), so a value
+    Python's datetime cannot hold (BC, past 9999, ±infinity) compares exactly as a
+    FarDate / FarTimestamp instead of raising OverflowError."""
+    types = [c.type for c in table.columns]
+    for batch in data.select(table.column_names).to_batches(20_000):
+        yield from zip(*(from_arrow(t, c) for t, c in zip(types, batch.columns)))
+
+
+def _lake_rows(cfg: TargetConfig, table: TableSchema) -> Iterator[tuple]:
+    from .targets import open_target   # a lake target: its rows as Arrow
+    with open_target(cfg) as target:
+        data = target.read(table)
+    yield from arrow_rows(table, data)
 
 
 def compare_source_target(src: SourceConfig, tgt: TargetConfig, table: TableSchema, relation: str) -> TableDiff:
     if src.kind not in ("mysql", "postgres"):
         raise NotImplementedError(f"comparing a {src.kind} source is not supported")
-    rows = _delta_rows(tgt, table) if tgt.kind == "delta" else _target_rows(tgt, table, relation)
+    rows = _lake_rows(tgt, table) if tgt.kind in ("delta", "iceberg") else _target_rows(tgt, table, relation)
     return compare(table, _source_rows(src, table), rows)

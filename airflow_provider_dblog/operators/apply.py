@@ -10,7 +10,7 @@ import yaml
 from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.observability.stats import Stats
 
-from ..assets import apply_alias, table_asset
+from ..assets import apply_alias, lake_table_asset, table_asset
 from ..engine.errors import ConfigError, UnknownTableError
 from ..exceptions import DBLogInvalidRequest
 from ..hooks.dblog import CONFIG_ENV, DBLogHook
@@ -80,7 +80,10 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
     scheduled on a table's Asset runs only when there is new data. The event's ``extra``
     is ``{"target", "status", "events", "inserted", "updated", "deleted",
     "orphans_deleted", "position"}``, ``position`` being the encoded position the table is
-    applied up to. Outlets you pass are kept instead (Airflow then emits an event for each
+    applied up to. Into a lake target (Delta, Iceberg) the run also adds an event to the
+    lake table's own Asset (:func:`~airflow_provider_dblog.assets.lake_table_asset`: the
+    Delta table's location, ``iceberg://...``), and ``extra`` has ``version`` (the Delta
+    version / Iceberg snapshot id the run made). Outlets you pass are kept instead (Airflow then emits an event for each
     of your Assets after every successful run, with the same ``extra`` where it names a
     table).
 
@@ -169,9 +172,13 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
             extra = {"target": tcfg.name, "status": r.get("status"), "events": r.get("events"),
                      "inserted": r.get("inserted"), "updated": r.get("updated"), "deleted": r.get("deleted"),
                      "orphans_deleted": r.get("orphans_deleted", 0), "position": r.get("to")}
+            if r.get("uri"):   # a lake table: its version (Delta version / Iceberg snapshot id) too
+                extra["version"] = r.get("version")
             asset = table_asset(scfg.name, table)
             if alias is not None and rows:   # only a table whose target rows changed
                 outlet_events[alias].add(asset, extra=extra)
+                if r.get("uri"):   # and the lake table's own Asset, for readers of the lake table
+                    outlet_events[alias].add(lake_table_asset(tcfg.name, table, r["uri"]), extra=extra)
             if asset.uri in given:   # an Asset the user made an outlet: Airflow emits it anyway
                 outlet_events[given[asset.uri]].extra = extra
         return result

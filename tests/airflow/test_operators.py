@@ -507,6 +507,50 @@ def test_small_apply_runs_in_process_with_the_same_result_and_assets(dblog_setup
     assert alias_events(quiet) == {}
 
 
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_an_apply_into_a_lake_table_adds_an_event_to_its_own_asset_with_the_version(dblog_setup, context,
+                                                                                   fake_spark_submit, kind):
+    """Issue 28: the lake table's Asset (its location / iceberg:// URI) gets an event whose
+    extra carries the table version the run made (Delta version / Iceberg snapshot id)
+    and the rows inserted, updated and deleted; the source table's Asset gets the same."""
+    import yaml
+    from helpers import POSTGRES_PORT, TailThread, unique
+    from airflow_provider_dblog.engine.targets import open_target
+
+    s = dblog_setup(ITEMS)
+    (table,) = s.tables
+    raw = yaml.safe_load(s.path.read_text())
+    raw["targets"]["lake"] = ({"kind": "delta", "source": "src", "path": str(s.path.parent / "lake")}
+                              if kind == "delta" else
+                              {"kind": "iceberg", "source": "src", "path": str(s.path.parent / "warehouse"),
+                               "host": "127.0.0.1", "port": POSTGRES_PORT, "user": "postgres",
+                               "database": unique("ice"), "schema": "cdc"})
+    s.path.write_text(yaml.safe_dump(raw))
+    fake_spark_submit("fail")
+    tail = TailThread(s).start()
+    try:
+        for i in range(10):
+            s.execute("INSERT INTO items VALUES (%s, %s)", (i, f"v{i}"))
+        s.execute("UPDATE items SET v = 'new' WHERE id = 3")
+        tail.drain()
+    finally:
+        tail.stop()
+    result = DBLogApplyOperator(task_id="apply", config_path=str(s.path), target="lake").execute(context)
+    r = result["tables"][table]
+    assert r["status"] == "applied" and r["inserted"] == 10, r
+    schema = s.source().table_schema(table)
+    with open_target(s.config.target("lake")) as target:
+        uri, version = target.uri(schema), target.version(schema)
+        try:
+            assert target.count(schema) == 10
+        finally:
+            target.drop_all()
+    assert uri.startswith("file:///" if kind == "delta" else "iceberg://127.0.0.1:")
+    want = {"target": "lake", "status": "applied", "events": 11, "inserted": 10, "updated": 0, "deleted": 0,
+            "orphans_deleted": 0, "position": r["to"], "version": version}
+    assert alias_events(context, "lake") == {table_asset("src", table).uri: want, uri: want}
+
+
 # -- apply outlets ------------------------------------------------------------------
 def test_apply_outlet_is_the_targets_alias(dblog_setup):
     s = dblog_setup({**ITEMS, "other": "id INT PRIMARY KEY"})

@@ -43,8 +43,10 @@ class CDC:
                                                  5000 + int(time.time() * 1000) % 100000)},
             "targets": {"tgt": {"kind": "postgres", "source": "src", "host": "127.0.0.1",
                                 "port": POSTGRES_PORT, "user": "postgres", "database": unique("tgt")},
-                        # a lake target too (issue 28): lake=True or "delta", or "iceberg"
-                        **({"lake": _lake_target(lake, tmp_path)} if lake else {})},
+                        # a lake target too (issue 28): lake=True or "delta", or "iceberg";
+                        # "both": "lake" (Delta) and "ice" (Iceberg)
+                        **({"lake": _lake_target("delta", tmp_path), "ice": _lake_target("iceberg", tmp_path)}
+                           if lake == "both" else {"lake": _lake_target(lake, tmp_path)} if lake else {})},
             "state": {"redis_url": f"redis://127.0.0.1:{REDIS_PORT}/0", "prefix": redis_prefix},
             "storage": {"root": str(tmp_path / "storage")},
             "spark": {"master": "local[2]"},
@@ -127,8 +129,8 @@ class CDC:
     def apply_spark(self, target: str) -> dict:
         return run_spark_job(self.cfg, "apply_job", ["--config", str(self.path), "--target", target])
 
-    def target(self, name: str = "tgt") -> PostgresTarget:
-        return PostgresTarget(self.cfg.target(name))
+    def target(self, name: str = "tgt"):
+        return open_target(self.cfg.target(name))
 
     def compare(self, table: str, target: str = "tgt"):
         schema = self.source.table_schema(f"{self.db}.{table}")

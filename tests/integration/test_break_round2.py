@@ -13,6 +13,9 @@ import pytest
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
 from airflow_provider_dblog.engine.requests import DumpSpec
+from airflow_provider_dblog.engine.schema import TableSchema
+from airflow_provider_dblog.engine.targets import open_target, target_table_name
+from airflow_provider_dblog.engine.verify import compare_source_target
 from helpers import mysql_connect
 
 from test_type_fidelity import MARIADB_COLUMNS, MARIADB_ROWS, PG_COLUMNS, PG_ROWS, PG_SETUP
@@ -276,13 +279,21 @@ def _apply_both(cdc, table: str) -> None:
         assert res[f"{cdc.db}.{table}"]["status"] in ("applied", "up_to_date", "empty"), (target, res)
 
 
-@pytest.mark.parametrize("src_db", ["mariadb", pytest.param("postgres", marks=pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "a PostgreSQL date outside Delta/chrono's range (±infinity, kept as INT32_MAX/MIN days, or 4713 BC / "
-    "year 5874897) makes delta-rs's MERGE panic ('NaiveDate + TimeDelta overflowed') or deltalake raise "
-    "ValueError ('Invalid isoformat string: -4712-01-01'): the whole apply run raises, so every table of "
-    "the Delta target stops, not a refusal of the one table")))], indirect=True)
+def _held(res: dict, table: str, column: str, value: str) -> None:
+    """The table's apply to the Delta target is held, its message naming the table, the
+    column, the value and Delta's range (engine/targets/lake_values.py)."""
+    r = res[table]
+    assert r["status"] == "held", res
+    error = r["held"]["error"]
+    assert f"{table}.{column} = {value!r}" in error and "0001-01-01 to 9999-12-31" in error, error
+    assert "never clamped" in error.lower(), error
+
+
 def test_every_value_of_the_type_matrix_reaches_a_delta_table(src_db, make_cdc):
-    """The fidelity matrix of test_type_fidelity.py on the log path, into Delta."""
+    """The fidelity matrix of test_type_fidelity.py on the log path, into Delta. PostgreSQL's
+    dates past what Delta holds (4713 BC, infinity) hold the table on the Delta target only,
+    with the message; once they change at the source, the rest of the matrix (BC, infinite
+    and year-99999 timestamps included) arrives exactly."""
     columns, rows = (MARIADB_COLUMNS, MARIADB_ROWS) if src_db.kind == "mysql" else (PG_COLUMNS, PG_ROWS)
     with src_db.cursor() as cur:
         if src_db.kind != "mysql":
@@ -294,9 +305,34 @@ def test_every_value_of_the_type_matrix_reaches_a_delta_table(src_db, make_cdc):
         for row in rows:
             cur.execute(f"INSERT INTO m VALUES ({', '.join(row)})".replace("%", "%%"), ())
     cdc.drain()
+    if src_db.kind != "mysql":
+        _held(cdc.apply_local("lake"), f"{cdc.db}.m", "dt", "4713-01-01 BC")
+        assert cdc.apply_local("tgt")[f"{cdc.db}.m"]["status"] == "applied"
+        cdc.assert_equal("m")   # the PostgreSQL target holds them: only the Delta target stops
+        with src_db.cursor() as cur:
+            cur.execute("UPDATE m SET dt = '0001-01-01' WHERE id = 1")
+            cur.execute("UPDATE m SET dt = '9999-12-31' WHERE id = 2")
+        cdc.drain()
     _apply_both(cdc, "m")
     cdc.assert_equal("m", target="lake")
     cdc.assert_equal("m")
+
+
+@POSTGRES
+def test_an_inet_reaches_a_delta_table_with_one_text_on_every_path(src_db, make_cdc):
+    with src_db.cursor() as cur:
+        src_db.create_table(cur, "n", "id integer PRIMARY KEY, ip inet")
+        cur.execute("INSERT INTO n VALUES (1, '::1'), (2, '1.2.3.4'), (3, '10.1.2.0/24')")
+    cdc = _lake(src_db, make_cdc, ["n"])
+    _full_dump(cdc, "n")
+    with src_db.cursor() as cur:
+        cur.execute("INSERT INTO n VALUES (4, '::1'), (5, '1.2.3.4')")
+    cdc.drain()
+    _apply_both(cdc, "n")
+    with open_target(cdc.cfg.target("lake")) as t:
+        lake = {r["id"]: r["ip"] for r in t.rows(cdc.source.table_schema(f"{cdc.db}.n"))}
+    assert lake[1] == lake[4] and lake[2] == lake[5], lake
+    cdc.assert_equal("n", target="lake")
 
 
 def test_odd_column_names_reach_a_delta_table(src_db, make_cdc):
@@ -433,25 +469,21 @@ def test_schema_changes_into_a_delta_table(src_db, make_cdc):
     cdc.assert_equal("s", target="lake")
 
 
-FAR_TS = pytest.mark.xfail(strict=True, raises=OverflowError, reason=(
-    "verify._delta_rows reads the Delta table with to_pylist: a timestamp outside Python's datetime "
-    "(±infinity, BC, year 99999) raises OverflowError, so a Delta target holding one cannot be "
-    "verified (compare_source_target raises) although the apply stored it"))
+FAR_DATES = [("date", "infinity"), ("date", "-infinity"), ("date", "4713-01-01 BC"),
+             ("date", "5874897-12-31"), ("date", "0001-01-01 BC"), ("date", "10000-01-01")]
+FAR_TIMESTAMPS = [("timestamp", "-infinity"), ("timestamp", "4713-01-01 00:00:00 BC"),
+                  ("timestamptz", "infinity"), ("timestamp", "99999-12-31 23:59:59.999999"),
+                  ("timestamp", "0001-01-01 00:00:00"), ("timestamptz", "2262-04-12 00:00:00.000001+00"),
+                  ("date", "0001-01-01"), ("date", "9999-12-31")]
 
 
 @POSTGRES
-@pytest.mark.parametrize("typ, value", [
-    pytest.param(t, v, marks=pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "a PostgreSQL date outside Delta/chrono's range (±infinity, kept as INT32_MAX/MIN days, or 4713 BC / "
-    "year 5874897) makes delta-rs's MERGE panic ('NaiveDate + TimeDelta overflowed') or deltalake raise "
-    "ValueError ('Invalid isoformat string: -4712-01-01'): the whole apply run raises, so every table of "
-    "the Delta target stops, not a refusal of the one table"))) for t, v in
-    [("date", "infinity"), ("date", "4713-01-01 BC"), ("date", "5874897-12-31")]] + [
-    pytest.param(t, v, marks=FAR_TS) for t, v in
-    [("timestamp", "-infinity"), ("timestamp", "4713-01-01 00:00:00 BC"), ("timestamptz", "infinity")]] + [
-    ("timestamp", "0001-01-01 00:00:00"), ("timestamptz", "2262-04-12 00:00:00.000001+00"),
-])
+@pytest.mark.parametrize("typ, value", FAR_DATES + FAR_TIMESTAMPS)
 def test_far_dates_reach_a_delta_table_or_stop_only_their_table(src_db, make_cdc, typ, value):
+    """A date Delta cannot hold (engine/targets/lake_values.py: deltalake reads dates of
+    years 1..9999 only) holds its table on the Delta target with the message; the other
+    table of the run, and the same table on the PostgreSQL target, go on; a change of the
+    row at the source releases it. Timestamps of any 64-bit value arrive and verify exactly."""
     with src_db.cursor() as cur:
         src_db.create_table(cur, "f", f"id integer PRIMARY KEY, x {typ}")
         src_db.create_table(cur, "u", "id integer PRIMARY KEY, v integer")
@@ -461,6 +493,25 @@ def test_far_dates_reach_a_delta_table_or_stop_only_their_table(src_db, make_cdc
         cur.execute("INSERT INTO u VALUES (1, 1)")
     cdc.drain()
     res = cdc.apply_local("lake")
-    assert res[f"{cdc.db}.u"]["status"] == "applied", res
-    if res[f"{cdc.db}.f"]["status"] != "quarantined":
+    f, u = f"{cdc.db}.f", f"{cdc.db}.u"
+    assert res[u]["status"] == "applied", res
+    cdc.assert_equal("u", target="lake")
+    if (typ, value) not in FAR_DATES:
+        assert res[f]["status"] == "applied", res
         cdc.assert_equal("f", target="lake")
+        return
+    _held(res, f, "x", value)
+    with src_db.cursor() as cur:   # still held, the other table still flowing
+        cur.execute("INSERT INTO u VALUES (2, 2)")
+    cdc.drain()
+    res = cdc.apply_local("lake")
+    assert res[u]["status"] == "applied", res
+    _held(res, f, "x", value)
+    cdc.assert_equal("u", target="lake")
+    assert cdc.apply_local("tgt")[f]["status"] == "applied"   # the PostgreSQL target holds it
+    cdc.assert_equal("f", "u")
+    with src_db.cursor() as cur:   # fixed at the source: released
+        cur.execute("UPDATE f SET x = NULL WHERE id = 1")
+    cdc.drain()
+    assert cdc.apply_local("lake")[f]["status"] == "applied"
+    cdc.assert_equal("f", target="lake")

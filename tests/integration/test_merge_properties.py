@@ -1,4 +1,6 @@
-"""The engine's own merge, on a real PostgreSQL, against the model target of tests/sim.py.
+"""The engine's own merge, on each target kind (a real PostgreSQL, a Delta table, an
+Iceberg table with its catalog in the real PostgreSQL), against the model target of
+tests/sim.py.
 
 Hypothesis draws transactions on one of sim's tables (inserts, updates, deletes,
 re-inserts, primary-key moves logged as the sources log them: a delete of the old key
@@ -6,8 +8,9 @@ and an insert of the new one), with apply runs in between. Each run takes the ev
 ``applied <= pos < frontier`` as the real apply does (``sim.Target.apply_up_to`` picks
 the same batch for the model) and drives the engine's functions the in-process apply
 uses: ``apply_plan.latest_per_key`` -> ``apply_batch.flatten`` ->
-``apply_batch.stage_and_merge`` (``COPY`` into a stage table, then
-``PostgresTarget.merge_from_stage``). After each run:
+``apply_batch.stage_and_merge`` (the target's ``merge_batch``: ``COPY`` into a stage table
+and ``PostgresTarget.merge_from_stage``; delta-rs's MERGE; the Iceberg copy-on-write
+snapshot). After each run:
 
 * the target's rows and ``_dblog_pos`` equal the model's, its checkpoint the frontier;
 * the last batch, and an older one, merged again change nothing (the merge ignores stage
@@ -32,7 +35,7 @@ from airflow_provider_dblog.engine.config import Endpoint, TargetConfig
 from airflow_provider_dblog.engine.events import Event, events_to_arrow
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.schema import TableSchema
-from airflow_provider_dblog.engine.targets import PostgresTarget
+from airflow_provider_dblog.engine.targets import PostgresTarget, open_target
 from airflow_provider_dblog.engine.targets.pg_tables import POS_COLUMN
 
 from helpers import POSTGRES_PORT, drop_pg_database, unique
@@ -90,13 +93,35 @@ def pg_target_endpoint(servers):
     drop_pg_database(endpoint.database)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.fixture(scope="module", params=["postgres", "delta", "iceberg"])
+def new_target(request, pg_target_endpoint, tmp_path_factory):
+    """A fresh, empty target of the kind for each example (its own schema / directory / namespace)."""
+    kind, root = request.param, tmp_path_factory.mktemp("lake")
+
+    def make():
+        name = f"s_{uuid.uuid4().hex[:8]}"
+        return open_target(TargetConfig(kind, kind, None if kind == "delta" else pg_target_endpoint, SOURCE,
+                                        name, path=str(root / name)))
+    return make
+
+
+def _drop(target) -> None:
+    if target.config.kind == "postgres":
+        with target.conn, target.conn.cursor() as cur:
+            cur.execute(f'DROP SCHEMA IF EXISTS "{target.schema}" CASCADE')
+    else:
+        target.drop_all()
+    target.close()
+
+
+# fewer examples on the lake kinds: each of their commits writes files and metadata
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=programs())
-def test_the_merge_matches_the_model_and_replays_change_nothing(pg_target_endpoint, program: Program) -> None:
+def test_the_merge_matches_the_model_and_replays_change_nothing(new_target, program: Program) -> None:
     table = SCHEMAS[program.schema]
     sim = SimSource([table])
     model = Target(table)
-    target = PostgresTarget(TargetConfig("pg", "postgres", pg_target_endpoint, SOURCE, f"s_{uuid.uuid4().hex[:8]}"))
+    target = new_target()
     batches: list[tuple[list[Event], Position]] = []  # each run's batch and frontier
     try:
         target.ensure_table(table)
@@ -132,6 +157,4 @@ def test_the_merge_matches_the_model_and_replays_change_nothing(pg_target_endpoi
                 unchanged(target, table, merge(target, table, batch, frontier), state, frontier,
                           "last batch again from its start")
     finally:
-        with target.conn, target.conn.cursor() as cur:
-            cur.execute(f'DROP SCHEMA IF EXISTS "{target.schema}" CASCADE')
-        target.close()
+        _drop(target)

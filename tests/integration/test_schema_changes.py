@@ -95,10 +95,10 @@ def _run(src_db, sql: str, *args) -> None:
         cur.execute(sql, args or None)
 
 
-def _equal(cdc, *tables: str) -> None:
+def _equal(cdc, *tables: str, target: str = "tgt") -> None:
     for t in tables:
         cdc.source.refresh_schema(f"{cdc.db}.{t}")
-        diff = cdc.compare(t)
+        diff = cdc.compare(t, target)
         assert diff.equal, diff.describe()
 
 
@@ -342,7 +342,7 @@ def test_compatible_changes_flow_under_each_behaviour(src_db, make_cdc, behaviou
     with src_db.cursor() as cur:
         src_db.create_table(cur, "t", "id INT PRIMARY KEY, v INT, a INT, b VARCHAR(10), d DECIMAL(10,2)")
         src_db.create_table(cur, "u", "id INT PRIMARY KEY, v INT")
-    cdc = make_cdc(["t", "u"], source={"schema_changes": behaviour}, dump={"chunk_size": 5})
+    cdc = make_cdc(["t", "u"], source={"schema_changes": behaviour}, dump={"chunk_size": 5}, lake="both")
     cdc.start_tail()
     with src_db.cursor() as cur:   # in the log (the target has them before the changes)
         cur.execute(f"INSERT INTO t (id, v, a, b, d) SELECT seq, seq, seq * 10, CONCAT('b-', seq), seq + 0.25 "
@@ -350,7 +350,8 @@ def test_compatible_changes_flow_under_each_behaviour(src_db, make_cdc, behaviou
                     f"INSERT INTO t (id, v, a, b, d) SELECT seq, seq, seq * 10, 'b-' || seq, seq + 0.25 "
                     f"FROM {src_db.series(60)}")
     cdc.drain()
-    run_apply(cdc.cfg, "tgt", via="local")
+    for target in ("tgt", "lake", "ice"):
+        run_apply(cdc.cfg, target, via="local")
     _during_a_dump(src_db, cdc, [sql[src_db.kind] for _, sql, under in CHANGES if behaviour in under],
                    rows=60, writes_after=600)
     res = run_apply(cdc.cfg, "tgt", via="spark" if behaviour == "evolve" else "local")
@@ -372,6 +373,20 @@ def test_compatible_changes_flow_under_each_behaviour(src_db, make_cdc, behaviou
             cur.execute(f"SELECT count(*) FROM {tgt.schema}.{target_table_name(schema)} "
                         "WHERE id >= 1000 AND b IS NOT NULL")
             assert cur.fetchone()[0] == 0
+    # the lake targets (Delta, Iceberg) take the same changes from the same log (issue 28)
+    for lake in ("lake", "ice"):
+        t = run_apply(cdc.cfg, lake, via="local")["tables"][f"{cdc.db}.t"]
+        assert t["status"] == "applied", (lake, t)
+        with cdc.target(lake) as tgt:
+            assert set(tgt.columns(schema)) == TARGET_COLUMNS[behaviour] | {"_dblog_pos", "_dblog_op"}, lake
+            rows = tgt.read(schema).sort_by("id").to_pylist()
+        diff = compare_source_target(cdc.src_cfg, cdc.cfg.target(lake), carried, target_table_name(schema))
+        assert diff.equal, (lake, diff.describe())
+        _equal(cdc, "u", target=lake)
+        if behaviour != "evolve":
+            assert [(r["id"], r["a"], r["b"]) for r in rows if r["id"] <= 60] == \
+                [(i, i * 10, f"b-{i}") for i in range(1, 61)], lake
+            assert not [r for r in rows if r["id"] >= 1000 and r["b"] is not None], lake
 
 
 def test_fail_stops_the_tail_at_a_change_and_names_the_setting(src_db, make_cdc):

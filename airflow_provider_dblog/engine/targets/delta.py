@@ -14,13 +14,15 @@ updated or inserted only by a newer event (``_dblog_pos`` compared as text: posi
 encode in order), so a replayed batch changes nothing. A change of shape (delta_evolve.py)
 is one overwrite commit that carries the new position; the batch before it is merged
 first without moving the position (a crash between the two re-merges it: nothing
-changes). Local paths only for now (dropping a table removes its directory).
+changes). Local paths only for now (dropping a table removes its directory). The merge's
+file pruning, the tables' file size and their maintenance (compaction, vacuum): delta_maintain.py.
 
 No Spark and no Airflow here.
 """
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Iterable
@@ -39,6 +41,9 @@ from ..values import comparable_key
 from ..arrow_values import to_arrow
 from .base import OP_COLUMN, POS_COLUMN, MergeResult
 from .delta_evolve import evolved
+from .delta_maintain import KeySpan, MaintainReport, applied_in, maintain as maintain_table, spooled, \
+    table_configuration
+from .lake_values import DELTA_RANGES, ValueGuard, check_values
 from .pg_tables import target_table_name
 
 log = logging.getLogger(__name__)
@@ -97,7 +102,7 @@ class DeltaTarget:   # implements targets.base.Target
         Path(self.table_path(table)).mkdir(parents=True, exist_ok=True)
         try:
             DeltaTable.create(self.table_path(table), schema=arrow_schema(table), mode="ignore",
-                              name=target_table_name(table))
+                              name=target_table_name(table), configuration=table_configuration())
         except Exception as e:   # noqa: BLE001 - a type Delta cannot hold: named, never mapped lossily
             raise ValueError(f"{table.qualified}: its columns cannot be a Delta table exactly: {e}") from e
         log.info("created Delta table %s", self.table_path(table))
@@ -121,6 +126,29 @@ class DeltaTarget:   # implements targets.base.Target
             shutil.rmtree(root / n, ignore_errors=True)
         return names
 
+    def uri(self, table: TableSchema | str) -> str:
+        """The table's Asset URI: its location (``file://`` for a local path)."""
+        path = self.table_path(table)
+        return path if "://" in path else "file://" + os.path.abspath(path)
+
+    def version(self, table: TableSchema | str) -> int | None:
+        """The table's Delta version (an Asset event's ``extra``)."""
+        dt = self._open(table)
+        return dt.version() if dt is not None else None
+
+    def table_names(self) -> list[str]:
+        root = Path(self.root)
+        return sorted(p.name for p in root.iterdir() if DeltaTable.is_deltatable(str(p))) if root.is_dir() else []
+
+    def maintain(self, table: TableSchema | str, retention_hours: int = 168, dry_run: bool = False,
+                 z_order: bool = False, **kw) -> MaintainReport:
+        """Compaction and vacuum of one table (a schema, ``db.table`` or a name from
+        :meth:`table_names`): delta_maintain.py; safe beside readers and an apply."""
+        path = (f"{self.root}/{table}" if isinstance(table, str) and table in self.table_names()
+                else self.table_path(table))
+        return maintain_table(path, self.config.source, retention_hours=retention_hours,
+                              dry_run=dry_run, z_order=z_order, **kw)
+
     def count(self, table: TableSchema | str) -> int:
         return self._open(table).to_pyarrow_dataset().count_rows()
 
@@ -135,15 +163,8 @@ class DeltaTarget:   # implements targets.base.Target
 
     # -- the applied position ----------------------------------------------------------
     def _applied(self, dt: DeltaTable, source: str) -> Position | None:
-        key, limit = _APPLIED + source, 64
-        while True:
-            history = dt.history(limit)
-            for commit in history:   # newest first
-                if key in commit:
-                    return Position.decode(commit[key]) if commit[key] else None
-            if len(history) < limit:
-                return None
-            limit *= 8
+        pos = applied_in(dt, source)   # maintenance commits skipped (delta_maintain.py)
+        return Position.decode(pos) if pos else None
 
     def applied_pos(self, source: str, table: TableSchema | str) -> Position | None:
         dt = self._open(table)
@@ -175,6 +196,8 @@ class DeltaTarget:   # implements targets.base.Target
     def _evolve(self, dt: DeltaTable, evolve: tuple, source: str, pos: Position) -> None:
         ev, new = evolve
         data = evolved(dt.to_pyarrow_table(), ev, new, arrow_schema(new))
+        # a value Delta cannot hold (e.g. an added column's fill value): refused, never clamped
+        check_values(new, data, DELTA_RANGES, f"Delta target {self.config.name}", at=pos.encode())
         write_deltalake(dt, data, mode="overwrite", schema_mode="overwrite",
                         commit_properties=self._commit(source, pos))
         log.info("Delta table %s: %s", dt.table_uri, ev.describe())
@@ -192,34 +215,49 @@ class DeltaTarget:   # implements targets.base.Target
         target_schema = pa.schema(dt.schema().to_arrow())
         want = pa.schema([target_schema.field(n) for n in names])
         staged = [0]
+        guard = ValueGuard(table, DELTA_RANGES, f"Delta target {self.config.name}")   # (lake_values.py)
+        span = KeySpan(list(table.key), want)   # the batch's keys: the bounds that prune files
 
-        def batches():   # the pages streamed into the merge, never one table in memory
+        def batches():   # the pages read once, spooled, then streamed into the merge
             for page in ([pages] if isinstance(pages, pa.Table) else pages):
                 page = page.select(names).cast(want)
                 if applied is not None:   # below the position: applied already
                     page = page.filter(pc.greater_equal(page[POS_COLUMN], applied.encode()))
-                staged[0] += page.num_rows
-                yield from page.to_batches()
-        data = pa.RecordBatchReader.from_batches(want, batches())
-        t1 = time.monotonic()
-        match = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in table.key)
-        newer = f"s.{_q(POS_COLUMN)} > t.{_q(POS_COLUMN)}"
-        is_delete = f"s.{_q(OP_COLUMN)} = '{_DELETE}'"
-        cols = {_q(n): f"s.{_q(n)}" for n in names}
-        # the position moves with the rows, unless a change of shape follows (then with it)
-        moved = evolve is None
-        metrics = (dt.merge(data, predicate=match, source_alias="s", target_alias="t",
-                            commit_properties=self._commit(source, new_pos if moved else applied))
-                   .when_matched_delete(predicate=f"{is_delete} AND {newer}")
-                   .when_matched_update(updates=cols, predicate=f"NOT ({is_delete}) AND {newer}")
-                   .when_not_matched_insert(updates=cols, predicate=f"NOT ({is_delete})")
-                   .execute())
+                staged[0] += guard.check(page).num_rows
+                span.add(page)
+                yield page
+        with spooled(want, batches(), in_memory=isinstance(pages, pa.Table)) as data:
+            t1 = time.monotonic()
+            staged = staged[0]
+            match = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in table.key) + span.predicate("t")
+            newer = f"s.{_q(POS_COLUMN)} > t.{_q(POS_COLUMN)}"
+            is_delete = f"s.{_q(OP_COLUMN)} = '{_DELETE}'"
+            cols = {_q(n): f"s.{_q(n)}" for n in names}
+            # the position moves with the rows, unless a change of shape follows (then with it)
+            moved = evolve is None
+            if not staged:   # nothing to merge: no scan of the table, only the position (if it moves)
+                execute = dict
+                if moved:
+                    write_deltalake(dt, target_schema.empty_table(), mode="append",
+                                    commit_properties=self._commit(source, new_pos))
+            else:
+                execute = (dt.merge(data, predicate=match, source_alias="s", target_alias="t",
+                                    commit_properties=self._commit(source, new_pos if moved else applied))
+                           .when_matched_delete(predicate=f"{is_delete} AND {newer}")
+                           .when_matched_update(updates=cols, predicate=f"NOT ({is_delete}) AND {newer}")
+                           .when_not_matched_insert(updates=cols, predicate=f"NOT ({is_delete})")
+                           .execute)
+            version = dt.version()
+            metrics = guard.run(execute)   # a refused value raised as itself, not as delta-rs's wrapping of it
+        if staged and moved and DeltaTable(self.table_path(table)).version() == version:
+            # every row was stale: delta-rs made no commit, so the position moves alone
+            write_deltalake(dt, target_schema.empty_table(), mode="append",
+                            commit_properties=self._commit(source, new_pos))
         if evolve is not None:
             self._evolve(DeltaTable(self.table_path(table)), evolve, source, new_pos)
             moved = True
         ins, upd, dele = (int(metrics.get(k, 0)) for k in
                           ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted"))
-        staged = staged[0]
         res = MergeResult(inserted=ins, updated=upd, deleted=dele, stale=staged - ins - upd - dele, staged=staged,
                           checkpoint_moved=moved, stage_s=t1 - t0, merge_s=time.monotonic() - t1)
         log.info("merged %d rows into Delta table %s: %s", staged, self.table_path(table), res)
@@ -249,9 +287,16 @@ class DeltaTarget:   # implements targets.base.Target
         gone = pa.table({k: to_arrow(t, [c[i] for c in candidates]) for i, (k, t) in
                          enumerate(zip(key, table.key_types))}).cast(rows.schema)
         gone = gone.append_column(POS_COLUMN, pa.array([below.encode()] * gone.num_rows, pa.string()))
-        match = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in key)
+        span = KeySpan(key, gone.schema)
+        span.add(gone)
+        match = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in key) + span.predicate("t")
         metrics = (dt.merge(gone, predicate=match, source_alias="s", target_alias="t",
                             commit_properties=self._commit(source, applied))
                    .when_matched_delete(predicate=f"t.{_q(POS_COLUMN)} < s.{_q(POS_COLUMN)}")
                    .execute())
         return int(metrics.get("num_target_rows_deleted", 0))
+
+    def append_changelog(self, table: TableSchema, events: Iterable[pa.Table], source: str, new_pos: Position) -> int:
+        """The table's changelog table (``changelog: true``): delta_changelog.py."""
+        from .delta_changelog import append
+        return append(self.root, table, events, source, new_pos, f"Delta target {self.config.name}")

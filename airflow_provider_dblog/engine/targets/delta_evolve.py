@@ -8,12 +8,27 @@ No Spark and no Airflow here.
 """
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 
 from ..arrow_values import decode_row
+from ..logical_types import NUMERIC_TYPE
 from ..schema import TableSchema
 from ..schema_evolution import Evolution
 from .base import OP_COLUMN, POS_COLUMN
+
+
+_PLAIN = re.compile(r"^-?\d+(?:\.\d*)?$")
+
+
+def _rescaled(text: str | None, scale: int) -> str | None:
+    """``text`` (a numeric's exact text) with ``scale`` digits after the point ('1.25' ->
+    '1.250'): what the source prints after widening the scale. NaN, infinities: as they are."""
+    if text is None or not _PLAIN.match(text):
+        return text
+    whole, _, frac = text.partition(".")
+    return f"{whole}.{frac.ljust(scale, '0')}"
 
 
 def evolved(data: pa.Table, ev: Evolution, new: TableSchema, new_schema: pa.Schema) -> pa.Table:
@@ -33,13 +48,17 @@ def evolved(data: pa.Table, ev: Evolution, new: TableSchema, new_schema: pa.Sche
     for c in ev.add:
         typ = new_schema.field(c).type
         if c in ev.fill:
-            value = fills[c][0]
-            cols[c] = pa.array([value.as_py()] * n, typ) if n else pa.array([], typ)
+            # repeated as an Arrow scalar: a value outside Python's datetime (a far date) too
+            cols[c] = pa.repeat(fills[c][0], n).cast(typ)
         else:
             cols[c] = pa.nulls(n, typ)
     for a, b in ev.copy:
         if a in cols:
             cols[b] = cols[a].cast(new_schema.field(b).type)
+    for c, typ in ev.retype:   # a numeric(p,s) carried as text: shown with its new scale, as the source does
+        m = NUMERIC_TYPE.match(typ)
+        if c in cols and m and m.group(2) and int(m.group(2)) > 0:
+            cols[c] = pa.array([_rescaled(v, int(m.group(2))) for v in cols[c].to_pylist()], pa.string())
     meta = (POS_COLUMN, OP_COLUMN)
     # a widening is an Arrow cast, which raises rather than lose a value
     source = [(f, cols.pop(f.name).cast(f.type)) for f in new_schema if f.name not in meta and f.name in cols]

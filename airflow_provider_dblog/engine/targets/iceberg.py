@@ -47,15 +47,20 @@ from .delta_evolve import evolved
 from .iceberg_evolve import reshape
 from .iceberg_rows import affected_files, matched, orphans
 from .lake_schema import arrow_schema
+from .lake_values import ICEBERG_RANGES, check_values
 from .pg_tables import target_table_name
 
 log = logging.getLogger(__name__)
 
 _APPLIED = "dblog.applied."   # + source: the table property holding the applied position
+FILE_BYTES = 4 << 20
 # copy-on-write everywhere: readers never meet delete files
 _PROPERTIES = {"format-version": "2", "write.delete.mode": "copy-on-write",
                "write.update.mode": "copy-on-write", "write.merge.mode": "copy-on-write",
                "write.parquet.compression-codec": "zstd",
+               # small files: a merge rewrites each file it touches whole (copy-on-write), so its
+               # cost follows the rows it changes, not the table (bench/lake.py)
+               "write.target-file-size-bytes": str(FILE_BYTES),
                # old metadata files go with each commit (iceberg_maintain.py does the data files)
                "write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "50"}
 
@@ -222,6 +227,7 @@ class IcebergTarget:   # implements targets.base.Target
         ev, new = evolve
         wanted = arrow_schema(new)
         data = evolved(t.scan().to_arrow(), ev, new, wanted)
+        check_values(new, data, ICEBERG_RANGES, f"Iceberg target {self.config.name}", at=pos.encode())
         reshape(txn, t.schema(), data.schema, ev.rename)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # "did not match any records": an empty table
@@ -284,6 +290,7 @@ class IcebergTarget:   # implements targets.base.Target
                                   ([pages] if isinstance(pages, pa.Table) else pages)] or [want.empty_table()])
         if applied is not None:   # below the position: applied already
             batch = batch.filter(pc.greater_equal(batch[POS_COLUMN], applied.encode()))
+        check_values(table, batch, ICEBERG_RANGES, f"Iceberg target {self.config.name}")   # before any file
         t1 = time.monotonic()
         key = list(table.key)
         tasks = affected_files(t, batch, key) if batch.num_rows else []
@@ -342,3 +349,9 @@ class IcebergTarget:   # implements targets.base.Target
         self._rewrite(txn, t, replaced, None, {_APPLIED + source: applied.encode()})
         txn.commit_transaction()
         return m.deleted
+
+    def append_changelog(self, table: TableSchema, events: Iterable[pa.Table], source: str, new_pos: Position) -> int:
+        """The table's changelog table (``changelog: true``): iceberg_changelog.py."""
+        from .iceberg_changelog import append
+        return append(self.catalog, self.namespace, table, events, source, new_pos,
+                      f"Iceberg target {self.config.name}")

@@ -27,7 +27,7 @@ import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, schema_to_pyarrow
 
-TARGET_FILE_BYTES = 128 * 1024 * 1024
+TARGET_FILE_BYTES = 512 * 1024 * 1024   # Iceberg's default target file size
 MIN_RETENTION_HOURS = 1.0
 
 
@@ -36,8 +36,10 @@ def data_files(t) -> list:
     return list(t.scan().plan_files()) if t.current_snapshot() is not None else []
 
 
-def compact(t, key: list[str], target_file_bytes: int = TARGET_FILE_BYTES) -> int:
-    """Rewrite the small data files of ``t`` into sorted ones: how many it replaced."""
+def compact(t, key: list[str]) -> int:
+    """Rewrite the small data files of ``t`` (under half its target file size) into sorted
+    ones: how many it replaced."""
+    target_file_bytes = int(t.properties.get("write.target-file-size-bytes", TARGET_FILE_BYTES))
     tasks = data_files(t)
     small = [task for task in tasks if task.file.file_size_in_bytes < target_file_bytes // 2]
     if len(small) < 2:

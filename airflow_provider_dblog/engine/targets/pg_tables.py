@@ -76,10 +76,16 @@ def read_list(table: TableSchema, names: list[str], alias: str = "") -> sql.Comp
     types or psycopg2's would not hold it (BC dates, infinity, numeric's scale, intervals),
     parsed back by ``from_row``."""
     pre = sql.SQL(f"{alias}.") if alias else sql.SQL("")
-    return sql.SQL(", ").join(
-        sql.SQL("{}{}::text").format(pre, sql.Identifier(n))
-        if table.column(n).type in _FROM_TEXT or is_text_carried(table.column(n).type)
-        else sql.SQL("{}{}").format(pre, sql.Identifier(n)) for n in names)
+
+    def read(n: str) -> sql.Composable:
+        t = table.column(n).type
+        if t == "text:inet":   # its output form, as the log has it (a cast to text keeps '/128')
+            return sql.SQL("CASE WHEN {0}{1} IS NULL THEN NULL ELSE format('%s', {0}{1}) END").format(
+                pre, sql.Identifier(n))
+        if t in _FROM_TEXT or is_text_carried(t):
+            return sql.SQL("{}{}::text").format(pre, sql.Identifier(n))
+        return sql.SQL("{}{}").format(pre, sql.Identifier(n))
+    return sql.SQL(", ").join(read(n) for n in names)
 
 
 def from_row(table: TableSchema, names: list[str], row: tuple) -> tuple:

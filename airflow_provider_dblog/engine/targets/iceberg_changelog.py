@@ -1,0 +1,114 @@
+"""An Iceberg target's changelog table (changelog.py says what it holds):
+``<schema>.<db>__<table>__changelog`` in the target's catalog, identity-partitioned on
+``commit_date``, append-only (fast appends: no delete files, no rewrites).
+
+Its position per source is the table property ``dblog.changelog.<source>``, set in the
+same transaction (one catalog commit) as the snapshot that appends the rows; the snapshot's
+summary carries it too. A concurrent commit fails ours (CommitFailedException): the apply
+runs the step again from the new position.
+
+The images' struct evolves in the same transaction: a new column is a new nested field;
+a widening is an Iceberg promotion (int -> long, float -> double, a decimal's precision);
+a widening Iceberg cannot promote in place (a decimal's scale) or a type that holds
+neither is refused (TargetValueError) rather than rewritten lossily. The pages are written
+to data files one at a time (never the batch in memory), then committed as one snapshot.
+No Spark and no Airflow here.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from itertools import chain
+from typing import Iterable
+
+import pyarrow as pa
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.io.pyarrow import _dataframe_to_data_files, schema_to_pyarrow
+
+from ..positions import Position
+from ..schema import TableSchema
+from .lake_values import ICEBERG_RANGES
+from .changelog import (PARTITION, POSITION_KEY, changelog_name, changelog_rows, changelog_schema, image_struct,
+                        merged_struct, pending)
+from .iceberg_evolve import _promotes, iceberg_schema
+
+log = logging.getLogger(__name__)
+
+PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd",
+              "write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "50"}
+
+
+def _iceberg_type(t: pa.DataType):
+    return iceberg_schema(pa.schema([pa.field("x", t)])).fields[0].field_type
+
+
+def iceberg_relation(old: pa.DataType, new: pa.DataType) -> str | None:
+    """changelog.Relation in Iceberg's terms: types compared as Iceberg holds them (an
+    int16 and an int32 are both ``int``), a widening only where Iceberg promotes in place."""
+    a, b = _iceberg_type(old), _iceberg_type(new)
+    if a == b:
+        return "same"
+    if _promotes(a, b):
+        return "widen"
+    if _promotes(b, a):
+        return "holds"
+    return None
+
+
+def _create(catalog, ident: tuple[str, str], schema: pa.Schema):
+    try:
+        txn = catalog.create_table_transaction(ident, schema=schema, properties=PROPERTIES)
+        with txn.update_spec() as spec:
+            spec.add_identity(PARTITION)
+        txn.commit_transaction()
+        log.info("created Iceberg changelog table %s.%s", *ident)
+    except Exception:   # noqa: BLE001 - created concurrently: use it; else the error stands
+        if not catalog.table_exists(ident):
+            raise
+    return catalog.load_table(ident)
+
+
+def append(catalog, namespace: str, table: TableSchema, events: Iterable[pa.Table | pa.RecordBatch],
+           source: str, new_pos: Position, target: str) -> int:
+    """Append the events the changelog lacks (below ``new_pos``) and move its position to
+    ``new_pos`` in the same commit; rows appended (0: nothing to append, no commit)."""
+    ident, hi, key = (namespace, changelog_name(table)), new_pos.encode(), POSITION_KEY + source
+    try:
+        t = catalog.load_table(ident)
+    except NoSuchTableError:
+        t = None
+    applied = t.properties.get(key, "") if t is not None else ""
+    if applied and hi <= applied:   # a replay: in already
+        return 0
+    pages = pending(events, applied, hi)
+    first = next(pages, None)
+    if first is None:   # nothing new: no commit
+        return 0
+    current = schema_to_pyarrow(t.schema(), include_field_ids=False).field("before").type if t is not None else None
+    struct, added, widened = merged_struct(current, image_struct(table), iceberg_relation, table.qualified, target)
+    if t is None:
+        t = _create(catalog, ident, changelog_schema(struct))
+    txn = t.transaction()
+    if added or widened:
+        with txn.update_schema() as update:
+            for image in ("before", "after"):
+                for name in widened:
+                    update.update_column((image, name), field_type=_iceberg_type(struct.field(name).type))
+                for name in added:   # optional: earlier rows hold null
+                    update.add_column((image, name), _iceberg_type(struct.field(name).type), required=False)
+        log.info("Iceberg changelog table %s.%s: added %s, widened %s", *ident, added, widened)
+    schema = changelog_schema(struct)
+    file_schema = schema_to_pyarrow(txn.table_metadata.schema(), include_field_ids=False)
+    files, count = [], 0
+    for page in chain([first], pages):   # written a page at a time, committed as one snapshot
+        rows = changelog_rows(page, schema, table, ICEBERG_RANGES, target)
+        count += rows.num_rows
+        files += _dataframe_to_data_files(table_metadata=txn.table_metadata, df=rows.cast(file_schema), io=t.io,
+                                          write_uuid=uuid.uuid4())
+    with txn.update_snapshot(snapshot_properties={key: hi}).fast_append() as snapshot:
+        for f in files:
+            snapshot.append_data_file(f)
+    txn.set_properties({key: hi})
+    txn.commit_transaction()
+    log.info("appended %d events to Iceberg changelog table %s.%s", count, *ident)
+    return count
