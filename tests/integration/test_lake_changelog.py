@@ -276,3 +276,28 @@ def test_a_far_date_is_named_in_the_changelog_row_and_holds_only_the_current_sta
     log = _changelog(target, schema).to_pylist()
     assert len(log) == 3 and log[2]["before"]["d"] is None and log[2]["after"]["d"] == dt.date(2030, 1, 1)
     assert "before.d = 'infinity' is not carried" in log[2]["error"], log[2]["error"]
+
+
+def test_maintenance_of_a_target_with_changelogs_keeps_every_table_and_position(src_db, make_cdc, tmp_path,
+                                                                                  lake):
+    """``dblog maintain`` takes every table of the target, changelog tables included
+    (Iceberg: sorted by position, they have no key): rows and positions unchanged, and the
+    next batch appends only its own events."""
+    from airflow_provider_dblog.engine.maintain import run_maintain
+    cdc = _setup(src_db, make_cdc, tmp_path, lake)
+    for base in (0, 10, 20):   # a few applies: a few files in each table
+        _writes(src_db, base=base)
+        cdc.drain()
+        assert cdc.apply_local("lake")[f"{cdc.db}.t"]["status"] == "applied"
+    target = open_target(cdc.cfg.target("lake"))
+    schema = cdc.source.table_schema(f"{cdc.db}.t")
+    log, rows = _changelog(target, schema), target.rows(schema, with_pos=True)
+    out = run_maintain(cdc.cfg, "lake", retention_hours=168 if lake == "delta" else 1)
+    assert set(out["tables"]) == {f"{cdc.db}__t", changelog_name(schema)}, out
+    assert _changelog(target, schema).equals(log) and target.rows(schema, with_pos=True) == rows
+    _writes(src_db, base=30)
+    cdc.drain()
+    res = cdc.apply_local("lake")[f"{cdc.db}.t"]
+    assert res["status"] == "applied" and res["changelog_rows"] == 7, res
+    assert _changelog(target, schema).num_rows == log.num_rows + 7
+    cdc.assert_equal("t", target="lake")

@@ -49,6 +49,27 @@ class MergeResult:
         return asdict(self)
 
 
+@dataclass
+class MaintainReport:
+    """What a lake table's maintenance did (``dblog maintain``, DBLogMaintainOperator)."""
+    table: str
+    files_before: int
+    files_after: int
+    bytes_before: int
+    bytes_after: int
+    version_before: int | None    # Delta version / Iceberg snapshot id
+    version_after: int | None
+    files_compacted: int = 0      # small files the compaction replaced
+    files_vacuumed: int = 0       # unreferenced data files removed (or, dry run, that would be)
+    versions_removed: int = 0     # Delta log versions / Iceberg snapshots expired
+    z_order: list | None = None
+    dry_run: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 class Target(Protocol):
     config: Any   # its TargetConfig
 

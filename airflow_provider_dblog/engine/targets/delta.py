@@ -34,35 +34,19 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from ..config import TargetConfig
 from ..events import DELETE as _DELETE
-from ..logical_types import arrow_type
 from ..positions import Position
 from ..schema import TableSchema
 from ..values import comparable_key
 from ..arrow_values import to_arrow
 from .base import OP_COLUMN, POS_COLUMN, MergeResult
 from .delta_evolve import evolved
-from .delta_maintain import KeySpan, MaintainReport, applied_in, maintain as maintain_table, spooled, \
-    table_configuration
+from .delta_maintain import (APPLIED, KeySpan, MaintainReport, applied_in, maintain as maintain_table,
+                             quote_name as _q, spooled, table_configuration)
+from .lake_schema import arrow_schema
 from .lake_values import DELTA_RANGES, ValueGuard, check_values
 from .pg_tables import target_table_name
 
 log = logging.getLogger(__name__)
-
-_APPLIED = "dblog.applied."   # + source: the commit metadata key of the applied position
-
-
-
-def _q(name: str) -> str:
-    """A column name quoted for delta-rs's SQL predicates."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def arrow_schema(table: TableSchema) -> pa.Schema:
-    """The Delta table's columns: the source's, then ``_dblog_pos`` and ``_dblog_op``."""
-    fields = [pa.field(c.name, arrow_type(c.type), nullable=c.name not in table.key) for c in table.columns]
-    return pa.schema(fields + [pa.field(POS_COLUMN, pa.string(), nullable=False),
-                               pa.field(OP_COLUMN, pa.string(), nullable=False)])
-
 
 class DeltaTarget:   # implements targets.base.Target
     def __init__(self, config: TargetConfig):
@@ -172,7 +156,7 @@ class DeltaTarget:   # implements targets.base.Target
 
     @staticmethod
     def _commit(source: str, pos: Position | None) -> CommitProperties:
-        return CommitProperties(custom_metadata={_APPLIED + source: pos.encode() if pos else ""})
+        return CommitProperties(custom_metadata={APPLIED + source: pos.encode() if pos else ""})
 
     def advance_applied(self, source: str, table: TableSchema | str, pos: Position,
                         evolve: tuple | None = None) -> bool:

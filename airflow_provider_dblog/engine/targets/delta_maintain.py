@@ -34,7 +34,6 @@ import logging
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -43,7 +42,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 
-from .base import OP_COLUMN, POS_COLUMN
+from .base import OP_COLUMN, POS_COLUMN, MaintainReport
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ def table_configuration() -> dict[str, str]:
     return {"delta.targetFileSize": str(FILE_SIZE)}
 
 
-def _q(name: str) -> str:
+def quote_name(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -134,7 +133,7 @@ class KeySpan:
 
     @staticmethod
     def _bound(alias: str, col: str, type_: pa.DataType, lo, hi) -> str:
-        c = f"{alias}.{_q(col)}"
+        c = f"{alias}.{quote_name(col)}"
         lo_s, hi_s = literal(lo, type_), literal(hi, type_)
         if lo == hi and lo_s is not None:
             return f"{c} = {lo_s}"
@@ -179,26 +178,6 @@ def applied_in(dt: DeltaTable, source: str) -> str | None:
 def key_columns(dt: DeltaTable) -> list[str]:
     """A current-state table's key: its non-nullable source columns (delta.arrow_schema)."""
     return [f.name for f in dt.schema().fields if not f.nullable and f.name not in (POS_COLUMN, OP_COLUMN)]
-
-
-@dataclass
-class MaintainReport:
-    table: str
-    files_before: int
-    files_after: int
-    bytes_before: int
-    bytes_after: int
-    version_before: int
-    version_after: int
-    files_compacted: int = 0    # files the compaction replaced
-    files_vacuumed: int = 0     # unreferenced files removed (or, dry run, that would be)
-    log_versions_removed: int = 0
-    z_order: list | None = None
-    dry_run: bool = False
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _files(dt: DeltaTable) -> tuple[int, int]:
@@ -266,7 +245,7 @@ def maintain(uri: str, source: str | None = None, retention_hours: int = 168, dr
     rep = MaintainReport(table=os.path.basename(uri.rstrip("/")), files_before=files0, files_after=files1,
                          bytes_before=bytes0, bytes_after=bytes1, version_before=version0,
                          version_after=dt.version(), files_compacted=compacted, files_vacuumed=len(vacuumed),
-                         log_versions_removed=max(0, logs0 - _log_versions(uri)), z_order=key,
+                         versions_removed=max(0, logs0 - _log_versions(uri)), z_order=key,
                          dry_run=dry_run, seconds=round(time.monotonic() - t0, 3))
     log.info("maintained Delta table %s: %s", uri, rep)
     return rep

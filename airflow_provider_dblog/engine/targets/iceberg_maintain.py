@@ -19,13 +19,14 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from urllib.parse import urlparse
 
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, schema_to_pyarrow
+
+from .base import POS_COLUMN, MaintainReport
 
 TARGET_FILE_BYTES = 512 * 1024 * 1024   # Iceberg's default target file size
 MIN_RETENTION_HOURS = 1.0
@@ -47,7 +48,8 @@ def compact(t, key: list[str]) -> int:
     scan = ArrowScan(table_metadata=t.metadata, io=t.io, projected_schema=t.schema(), row_filter=AlwaysTrue())
     schema = schema_to_pyarrow(t.schema(), include_field_ids=False)
     data = pa.concat_tables([scan.to_table(tasks=[task]).cast(schema) for task in small])
-    data = data.sort_by([(k, "ascending") for k in key]) if data.num_rows else data
+    order = key or [c for c in (POS_COLUMN,) if c in data.column_names]   # a changelog table: by position
+    data = data.sort_by([(k, "ascending") for k in order]) if data.num_rows and order else data
     txn = t.transaction()
     new = list(_dataframe_to_data_files(table_metadata=txn.table_metadata, df=data, io=t.io,
                                         write_uuid=uuid.uuid4())) if data.num_rows else []
@@ -89,25 +91,6 @@ def _delete_unreferenced(t, older_than: float) -> int:
     return deleted
 
 
-@dataclass
-class MaintainReport:   # the fields of delta_maintain.MaintainReport: `dblog maintain` prints either
-    table: str
-    files_before: int
-    files_after: int
-    bytes_before: int
-    bytes_after: int
-    version_before: int | None      # the current snapshot id
-    version_after: int | None
-    files_compacted: int = 0        # small files the compaction replaced
-    files_vacuumed: int = 0         # unreferenced data files deleted
-    snapshots_expired: int = 0
-    dry_run: bool = False
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
 def _sizes(t) -> tuple[int, int]:
     files = data_files(t)
     return len(files), sum(task.file.file_size_in_bytes for task in files)
@@ -128,7 +111,7 @@ def maintain(t, retention_hours: float, dry_run: bool = False) -> MaintainReport
                             dry_run=dry_run)
     if not dry_run:
         report.files_compacted = compact(t, list(t.schema().identifier_field_names()))
-        report.snapshots_expired, report.files_vacuumed = expire(t.refresh(), retention_hours)
+        report.versions_removed, report.files_vacuumed = expire(t.refresh(), retention_hours)
         t = t.refresh()
         report.files_after, report.bytes_after = _sizes(t)
         report.version_after = _snapshot_id(t)
