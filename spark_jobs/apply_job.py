@@ -41,7 +41,8 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(1, _ROOT)
 
-from airflow_provider_dblog.engine.apply_batch import ordered_events, stage_and_merge  # noqa: E402
+from airflow_provider_dblog.engine.apply_batch import held, ordered_events, stage_and_merge  # noqa: E402
+from airflow_provider_dblog.engine.errors import TargetValueError  # noqa: E402
 from airflow_provider_dblog.engine.apply_plan import (  # noqa: E402
     SPARK,
     apply_tables,
@@ -110,7 +111,10 @@ class Applier:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        batch = plan_table(self.target, self.store, self.state, self.source_name, schema)
+        try:
+            batch = plan_table(self.target, self.store, self.state, self.source_name, schema)
+        except TargetValueError as e:   # a shape or value this target refuses: this table held, as in-process
+            return held({}, e) | {"via": SPARK}
         if batch.result is not None:
             return batch.result | {"via": SPARK}
         schema = batch.schema   # the shape of its events (engine/schema_history.py)

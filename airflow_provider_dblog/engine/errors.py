@@ -105,3 +105,9 @@ class TargetValueError(UncarriedValueError):
     def held(self) -> dict:
         """The ``held`` entry of the table's apply result."""
         return {"at": self.at, "error": str(self)}
+
+
+class TargetShapeError(TargetValueError):
+    """A table whose shape one target cannot hold exactly (a lake table: two column names one
+    format takes as one, a key it cannot match or identify by): that table is held on that
+    target (the run's other tables and targets go on) until its shape or the config changes."""

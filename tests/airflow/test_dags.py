@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 import threading
@@ -155,15 +156,15 @@ class Flow:
         self.dags = {k: v for k, v in runpy.run_path(str(self.dag_file)).items() if k.startswith("dblog_")}
         self.tail: subprocess.Popen | None = None
 
-    def start_tail(self, tmp_path: Path) -> None:
+    def start_tail(self, tmp_path: Path, metadata: Path) -> None:
+        """The tail DAG in its own process and Airflow home, whose metadata database is a copy
+        of ``metadata`` (the ``tail_metadata`` fixture's, migrated once)."""
         home = tmp_path / "tail-home"
-        env = os.environ | {"AIRFLOW_HOME": str(home), "DBLOG_CONFIG": str(self.setup.path),
-                            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-                            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db"}
-        airflow = str(Path(sys.executable).parent / "airflow")
-        subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+        home.mkdir()
+        shutil.copyfile(metadata, home / "airflow.db")
+        env = tail_env(home) | {"DBLOG_CONFIG": str(self.setup.path)}
         self.tail_log = open(tmp_path / "tail.log", "w")
-        self.tail = subprocess.Popen([airflow, "dags", "test", "dblog_tail__src"], env=env,
+        self.tail = subprocess.Popen([AIRFLOW, "dags", "test", "dblog_tail__src"], env=env,
                                      stdout=self.tail_log, stderr=subprocess.STDOUT)
         state = self.setup.state()
         deadline = time.monotonic() + 120
@@ -201,7 +202,29 @@ class Flow:
         return compare_source_target(cfg.source(), cfg.target(), schema, target_table_name(schema))
 
 
-def fill(setup, rows: int = 20_000) -> None:
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+def tail_env(home: Path) -> dict:
+    """The environment of the tail's own Airflow (its home, SQLite metadata, the repo's DAGs)."""
+    return os.environ | {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+                         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db"}
+
+
+@pytest.fixture(scope="module")
+def tail_metadata(tmp_path_factory) -> Path:
+    """A migrated metadata database for the tail processes, made once (``airflow db migrate``
+    takes seconds); each test's tail home gets a fresh copy of it."""
+    home = tmp_path_factory.mktemp("tail-home-template")
+    subprocess.run([AIRFLOW, "db", "migrate"], env=tail_env(home), check=True, capture_output=True, timeout=300)
+    return home / "airflow.db"
+
+
+# rows: the dump (chunks of 1000, DBLogSetup) makes several windows per table under the writer
+ITEMS, LINES = 5_000, 1_500
+
+
+def fill(setup, rows: int = ITEMS) -> None:
     sdb = setup.sdb
     setup.execute(f"""INSERT INTO items SELECT seq, CONCAT('item', seq), (seq % 1000) / 4.0,
                       {sdb.ts_plus_seconds('seq')},
@@ -209,7 +232,7 @@ def fill(setup, rows: int = 20_000) -> None:
                       CASE WHEN seq % 2 = 0 THEN NULL ELSE {sdb.md5_bytes('seq')} END
                       FROM {sdb.series(rows)}""")
     setup.execute("INSERT INTO order_lines SELECT FLOOR(seq / 3), CONCAT('L', seq % 3), seq % 7 "
-                  f"FROM {sdb.series(6000)}")
+                  f"FROM {sdb.series(LINES)}")
 
 
 def writer(setup, stop: threading.Event, count: list) -> None:
@@ -218,7 +241,7 @@ def writer(setup, stop: threading.Event, count: list) -> None:
     rng = random.Random(3)
     with sdb.cursor() as cur:
         while not stop.is_set():
-            k = rng.randint(1, 21_000)
+            k = rng.randint(1, ITEMS + ITEMS // 20)
             op = rng.random()
             if op < 0.5:
                 cur.execute(f"UPDATE items SET price = price + 1, updated = {sdb.now} WHERE id = %s", (k,))
@@ -230,13 +253,13 @@ def writer(setup, stop: threading.Event, count: list) -> None:
                 cur.execute(f"INSERT INTO items VALUES (%s, 'again', 2.5, {sdb.now}, '{{\"x\": 1}}', NULL)", (k,))
                 cur.execute("COMMIT")
             else:
-                cur.execute("UPDATE order_lines SET qty = qty + 1 WHERE order_id = %s", (k % 2000,))
+                cur.execute("UPDATE order_lines SET qty = qty + 1 WHERE order_id = %s", (k % (LINES // 3),))
             count[0] += 1
             time.sleep(0.003)
 
 
 @pytest.mark.parametrize("setup_kind", ["mariadb", "postgres"])
-def test_tail_dump_apply_repair_through_airflow(airflow_db, dblog_setup, setup_kind, tmp_path):
+def test_tail_dump_apply_repair_through_airflow(airflow_db, tail_metadata, dblog_setup, setup_kind, tmp_path):
     from sourcedb import KINDS
     setup = dblog_setup(tables_for(KINDS[setup_kind]))
     fill(setup)
@@ -244,7 +267,7 @@ def test_tail_dump_apply_repair_through_airflow(airflow_db, dblog_setup, setup_k
     # close() stops it early through the operator's on_kill
     flow = Flow(setup, tail_seconds=3600, airflow_home=airflow_db)
     try:
-        run_flow(flow, setup, tmp_path)
+        run_flow(flow, setup, tmp_path, tail_metadata)
     finally:
         flow.close()
 
@@ -255,8 +278,8 @@ def watermark_row(setup) -> list:
         return cur.fetchall()
 
 
-def run_flow(flow, setup, tmp_path):
-    flow.start_tail(tmp_path)
+def run_flow(flow, setup, tmp_path, metadata):
+    flow.start_tail(tmp_path, metadata)
     stop, count = threading.Event(), [0]
     w = threading.Thread(target=writer, args=(setup, stop, count), daemon=True)
     w.start()

@@ -21,10 +21,14 @@ from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.targets import target_table_name
 from helpers import crash
 
-ROWS = 100_000
+# sizes: enough rows for five chunks of ``items`` and two of ``order_lines`` (what the test
+# counts); more rows only make each chunk longer, not the windows more numerous
+ROWS = 20_000
+CHUNK = 4_000
+LINES = 6_000
 
 
-def create_items(sdb, rows: int) -> None:
+def create_items(sdb, rows: int, lines: int = LINES) -> None:
     t = sdb.types
     with sdb.cursor() as cur:
         sdb.create_table(cur, "items", f"""
@@ -39,7 +43,7 @@ def create_items(sdb, rows: int) -> None:
             order_id INT NOT NULL, line VARCHAR(8) NOT NULL, qty INT NOT NULL,
             PRIMARY KEY (order_id, line)""")
         cur.execute(f"INSERT INTO order_lines SELECT FLOOR(seq / 3), CONCAT('L', seq % 3), seq % 7 "
-                    f"FROM {sdb.series(30_000)}")
+                    f"FROM {sdb.series(lines)}")
 
 
 class Writer(threading.Thread):
@@ -57,7 +61,7 @@ class Writer(threading.Thread):
         for rid in self.cdc.state.requests(1):
             last = self.cdc.state.progress(rid, f"{self.db}.items").get("last_key")
             if last:
-                return int(last.strip("[]")) + self.rng.randint(1, 25_000)
+                return int(last.strip("[]")) + self.rng.randint(1, CHUNK * 5 // 4)  # the chunk being read
         return self.rng.randint(1, self.rows)
 
     def run(self) -> None:
@@ -79,14 +83,16 @@ class Writer(threading.Thread):
                                     (k, b"\x00\xff"))
                         cur.execute("COMMIT")
                     else:
-                        o = self.rng.randint(0, 10_000)
+                        o = self.rng.randint(0, LINES // 3)
                         cur.execute("BEGIN")
                         cur.execute("UPDATE order_lines SET qty = qty + 1 WHERE order_id = %s", (o,))
                         cur.execute("DELETE FROM order_lines WHERE order_id = %s AND line = 'L1'", (o + 1,))
                         cur.execute(sdb.insert_or_skip("order_lines", "%s, 'L9', 1", "order_id, line"), (o,))
                         cur.execute("COMMIT")
                     self.ops += 1
-                    time.sleep(0.002)
+                    # a write every few ms: still hundreds inside each chunk's window, while the
+                    # log the tail decodes and the applies merge stays small enough to keep pace
+                    time.sleep(0.005)
         except BaseException as e:
             self.error = e
 
@@ -100,7 +106,7 @@ def target_positions(cdc, table: str) -> dict:
 
 def test_full_dump_with_concurrent_writer_converges(src_db, make_cdc):
     create_items(src_db, ROWS)
-    cdc = make_cdc(["items", "order_lines"])
+    cdc = make_cdc(["items", "order_lines"], dump={"chunk_size": CHUNK})
     cdc.start_tail()
     writer = Writer(src_db, cdc, ROWS)
     writer.start()
@@ -142,7 +148,7 @@ def test_full_dump_with_concurrent_writer_converges(src_db, make_cdc):
         assert diff.equal, diff.describe()
         assert diff.source_rows > 0
     counters = cdc.state.counters()
-    assert counters["chunks"] == 5 + 2  # 100k items in 20k chunks, 30k lines in 20k chunks
+    assert counters["chunks"] == 5 + 2  # 20k items in 4k chunks, 6k lines in 4k chunks
     assert counters["snapshot_rows"] > 0
     assert not cdc.state.open_windows()
 
@@ -152,12 +158,11 @@ def test_key_list_dump_reports_missing_and_repairs_target(src_db, make_cdc):
     create_items(src_db, 2_000)
     cdc = make_cdc(["items", "order_lines"])
     cdc.start_tail()
-    rid = cdc.request(DumpSpec("all", []))
-    assert cdc.dump_spark(rid)["status"] == "done"
-    cdc.drain()
-    # set-up: the target as the full dump leaves it, applied in-process (the same stage and
-    # merge, engine/apply_batch.py; the Spark apply of a full dump is the test above); the
-    # repair under test, below, is applied on Spark
+    # set-up: the target as a full dump leaves it, its chunks read and applied in-process (the
+    # same runner, windows, stage and merge, engine/dump.py and engine/apply_batch.py; the full
+    # dump and its apply on Spark are the test above); the repair under test, below, is
+    # dumped and applied on Spark
+    cdc.dump_local("items", cdc.request(DumpSpec("all", [])))
     run_apply(cdc.cfg, "tgt", via="local")
     assert cdc.compare("items").equal
     # corrupt the target: a changed row, a deleted row, a row that never existed
@@ -185,27 +190,27 @@ def test_key_list_dump_reports_missing_and_repairs_target(src_db, make_cdc):
 
 def test_interrupted_dump_resumes_from_last_completed_chunk(src_db, make_cdc, tmp_path):
     db = src_db.name
-    create_items(src_db, 50_000)
+    create_items(src_db, 5_000)
     # the resume waits for the dead runner's request lease to lapse: a short one keeps the test short
-    cdc = make_cdc(["items"], dump={"chunk_size": 10_000, "lease_seconds": 5})
+    cdc = make_cdc(["items"], dump={"chunk_size": 1_000, "lease_seconds": 5})
     cdc.start_tail()
     rid = cdc.request(DumpSpec("table", [f"{db}.items"]))
     assert cdc.dump_spark(rid, max_chunks=2)["status"] == "paused"
-    assert cdc.state.progress(rid, f"{db}.items")["last_key"] == "[20000]"
+    assert cdc.state.progress(rid, f"{db}.items")["last_key"] == "[2000]"
 
     # the dump process dies (SIGKILL) inside the next chunk's select, between its LW and HW
     window = crash("dump", cdc.path, tmp_path / "marker", "--request", rid)
     assert cdc.state.request(rid)["status"] == "running"  # nothing ran to say otherwise
     assert [w.id for w in cdc.state.open_windows()] == [window]  # the crashed chunk's window holds apply back
-    assert cdc.state.progress(rid, f"{db}.items")["last_key"] == "[20000]"
+    assert cdc.state.progress(rid, f"{db}.items")["last_key"] == "[2000]"
     with src_db.cursor() as cur:
-        cur.execute("UPDATE items SET price = 0 WHERE id IN (5, 25000, 45000)")
-        cur.execute("DELETE FROM items WHERE id = 30000")
+        cur.execute("UPDATE items SET price = 0 WHERE id IN (5, 2500, 4500)")
+        cur.execute("DELETE FROM items WHERE id = 3000")
     out = cdc.dump_spark(rid)
     assert out["status"] == "done"
     progress = cdc.state.progress(rid, f"{db}.items")
     assert progress["chunks"] == 5  # 2 before the crash + the 3 left; none redone twice
-    assert progress["rows"] == 49_999 - 0  # row 30000 deleted before its chunk was read
+    assert progress["rows"] == 4_999  # row 3000 deleted before its chunk was read
     assert not cdc.state.open_windows()
     closed = [json.loads(w) for w in cdc.state.r.lrange(cdc.state.k("windows_closed"), 0, -1)]
     assert sorted(w["outcome"] for w in closed).count("abandoned") == 1

@@ -46,7 +46,7 @@ class NewRows(threading.Thread):
                     cur.execute("INSERT INTO items VALUES (%s, %s)", (ROWS + self.n, f"new{self.n}"))
                     if self.n % 10 == 0:
                         cur.execute("DELETE FROM items WHERE id = %s", (self.n,))
-                    time.sleep(0.003)
+                    time.sleep(0.01)  # writes all through the dump, not more than the applies need to merge
         except BaseException as e:  # noqa: BLE001 - surfaced by the test
             self.error = e
 
@@ -62,13 +62,12 @@ def test_full_dump_deletes_orphans_and_nothing_else(src_db, make_cdc, via):
         src_db.create_table(cur, "empty_t", "id INT PRIMARY KEY")
     cdc = make_cdc(["items", "olines", "empty_t"], dump={"chunk_size": 2_000})
     cdc.start_tail()
-    first = cdc.request(DumpSpec("all", []))
-    assert cdc.dump_spark(first)["status"] == "done"
-    cdc.drain()
-    # the set-up's two applies run in-process on both params: they only bring the target to
-    # the dump's state (the stage and merge is engine/apply_batch.py on both paths, and
-    # test_end_to_end / test_type_fidelity apply dumps on Spark); the applies that sweep,
-    # below, take ``via`` (Spark: two spark-submits fewer per source)
+    # the set-up's dump reads its chunks in-process and its two applies run in-process, on
+    # both params: they only bring the target to the dump's state (the same runner, windows,
+    # stage and merge: engine/dump.py, engine/apply_batch.py; test_end_to_end and
+    # test_type_fidelity dump and apply on Spark); the dump under test, below, runs on
+    # Spark, and the applies that sweep take ``via`` (three spark-submits fewer per source)
+    cdc.dump_local("items", cdc.request(DumpSpec("all", [])))
     run_apply(cdc.cfg, "tgt", via="local")
     assert all(cdc.compare(t).equal for t in ("items", "olines", "empty_t"))
 
@@ -166,9 +165,7 @@ def test_a_commit_logged_but_not_yet_visible_is_not_taken_for_an_orphan(src_db, 
     cdc = make_cdc(["items"])
     with StuckCommit(src_db.database, (cdc.cfg.target("tgt").endpoint.database,)) as stuck:
         cdc.start_tail()
-        first = cdc.request(DumpSpec("table", [f"{db}.items"]))
-        assert cdc.dump_spark(first)["status"] == "done"
-        cdc.drain()
+        cdc.dump_local("items")  # set-up: the target as a full dump leaves it (the one under test is below)
         run_apply(cdc.cfg, "tgt", via="local")
         assert cdc.compare("items").equal
 

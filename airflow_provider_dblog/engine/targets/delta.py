@@ -33,6 +33,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from ..config import TargetConfig
+from ..errors import TargetShapeError
 from ..events import DELETE as _DELETE
 from ..positions import Position
 from ..schema import TableSchema
@@ -42,7 +43,7 @@ from .base import OP_COLUMN, POS_COLUMN, MergeResult
 from .delta_evolve import evolved
 from .delta_maintain import (APPLIED, KeySpan, MaintainReport, applied_in, maintain as maintain_table,
                              quote_name as _q, spooled, table_configuration)
-from .lake_schema import arrow_schema
+from .lake_schema import arrow_schema, check_shape
 from .lake_values import DELTA_RANGES, ValueGuard, check_values
 from .pg_tables import target_table_name
 
@@ -81,6 +82,7 @@ class DeltaTarget:   # implements targets.base.Target
         return DeltaTable.is_deltatable(self.table_path(table))
 
     def ensure_table(self, table: TableSchema) -> bool:
+        check_shape(table, "Delta", f"Delta target {self.config.name}")
         if self.exists(table):
             return False
         Path(self.table_path(table)).mkdir(parents=True, exist_ok=True)
@@ -88,7 +90,9 @@ class DeltaTarget:   # implements targets.base.Target
             DeltaTable.create(self.table_path(table), schema=arrow_schema(table), mode="ignore",
                               name=target_table_name(table), configuration=table_configuration())
         except Exception as e:   # noqa: BLE001 - a type Delta cannot hold: named, never mapped lossily
-            raise ValueError(f"{table.qualified}: its columns cannot be a Delta table exactly: {e}") from e
+            raise TargetShapeError(f"{table.qualified}: its columns cannot be a Delta table exactly: {e}; the "
+                                   f"table is held on Delta target {self.config.name} (its other tables go on)",
+                                   table=table.qualified) from e
         log.info("created Delta table %s", self.table_path(table))
         return True
 
@@ -179,6 +183,7 @@ class DeltaTarget:   # implements targets.base.Target
 
     def _evolve(self, dt: DeltaTable, evolve: tuple, source: str, pos: Position) -> None:
         ev, new = evolve
+        check_shape(new, "Delta", f"Delta target {self.config.name}")
         data = evolved(dt.to_pyarrow_table(), ev, new, arrow_schema(new))
         # a value Delta cannot hold (e.g. an added column's fill value): refused, never clamped
         check_values(new, data, DELTA_RANGES, f"Delta target {self.config.name}", at=pos.encode())

@@ -39,6 +39,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import OperationalError
 
 from ..config import TargetConfig
+from ..errors import TargetShapeError
 from ..events import DELETE as _DELETE
 from ..positions import Position
 from ..schema import TableSchema
@@ -46,7 +47,7 @@ from .base import OP_COLUMN, POS_COLUMN, MergeResult
 from .delta_evolve import evolved
 from .iceberg_evolve import reshape
 from .iceberg_rows import affected_files, matched, orphans
-from .lake_schema import arrow_schema
+from .lake_schema import arrow_schema, check_shape
 from .lake_values import ICEBERG_RANGES, check_values
 from .pg_tables import target_table_name
 
@@ -118,6 +119,7 @@ class IcebergTarget:   # implements targets.base.Target
         return self.catalog.table_exists(self.identifier(table))
 
     def ensure_table(self, table: TableSchema) -> bool:
+        check_shape(table, "iceberg", f"Iceberg target {self.config.name}")
         if self.exists(table):
             return False
         try:
@@ -127,7 +129,9 @@ class IcebergTarget:   # implements targets.base.Target
                 update.set_identifier_fields(*table.key)
             txn.commit_transaction()
         except (ValueError, TypeError) as e:   # a type Iceberg cannot hold: named, never mapped lossily
-            raise ValueError(f"{table.qualified}: its columns cannot be an Iceberg table exactly: {e}") from e
+            raise TargetShapeError(f"{table.qualified}: its columns cannot be an Iceberg table exactly: {e}; the "
+                                   f"table is held on Iceberg target {self.config.name} (its other tables go on)",
+                                   table=table.qualified) from e
         except Exception as e:   # noqa: BLE001 - created concurrently
             if self.exists(table):
                 return False
@@ -146,7 +150,7 @@ class IcebergTarget:   # implements targets.base.Target
         if t is None:
             return
         txn = t.transaction()
-        reshape(txn, t.schema(), arrow_schema(table))
+        reshape(txn, t.schema(), arrow_schema(table), key=table.key)
         if t.current_snapshot() is not None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")   # "did not match any records": an empty table
@@ -225,10 +229,11 @@ class IcebergTarget:   # implements targets.base.Target
     def _evolve(self, txn, t, evolve: tuple, source: str, pos: Position) -> None:
         """The rows rewritten in the new shape, in ``txn`` (one commit with the position)."""
         ev, new = evolve
+        check_shape(new, "iceberg", f"Iceberg target {self.config.name}")
         wanted = arrow_schema(new)
         data = evolved(t.scan().to_arrow(), ev, new, wanted)
         check_values(new, data, ICEBERG_RANGES, f"Iceberg target {self.config.name}", at=pos.encode())
-        reshape(txn, t.schema(), data.schema, ev.rename)
+        reshape(txn, t.schema(), data.schema, ev.rename, new.key)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # "did not match any records": an empty table
             txn.overwrite(data, snapshot_properties={_APPLIED + source: pos.encode()})

@@ -34,11 +34,19 @@ def _promotes(old, new) -> bool:
         return False
 
 
-def reshape(txn, current: Schema, wanted: pa.Schema, renames: Iterable[tuple[str, str]] = ()) -> bool:
-    """Make the table's columns ``wanted``'s, in ``txn`` (a pyiceberg Transaction). True if
-    a column changed."""
+def reshape(txn, current: Schema, wanted: pa.Schema, renames: Iterable[tuple[str, str]] = (),
+            key: Iterable[str] = ()) -> bool:
+    """Make the table's columns ``wanted``'s, in ``txn`` (a pyiceberg Transaction), with
+    ``key`` its identifier fields (a key column dropped or renamed at the source: the old
+    identifier is let go first, the new one set once its columns exist). True if a
+    column changed."""
     names = {f.name: f.field_type for f in current.fields}
     target = {f.name: f for f in iceberg_schema(wanted).fields}
+    key = list(key)
+    old_key = [current.find_field(i).name for i in current.identifier_field_ids]
+    if key and old_key != key:
+        with txn.update_schema(allow_incompatible_changes=True) as update:
+            update.set_identifier_fields()
     renames = [(a, b) for a, b in renames if a in names and b not in names and b in target]
     if renames:
         with txn.update_schema(allow_incompatible_changes=True) as update:
@@ -56,8 +64,14 @@ def reshape(txn, current: Schema, wanted: pa.Schema, renames: Iterable[tuple[str
         with txn.update_schema(allow_incompatible_changes=True) as update:
             for n in promoted:
                 update.update_column(n, field_type=target[n].field_type)
-            for n in added:   # optional: existing rows hold null until the rewrite fills them
-                update.add_column(n, target[n].field_type, required=False)
+            for n in added:   # optional (but a key column): existing rows are rewritten by the caller
+                update.add_column(n, target[n].field_type, required=n in key)
                 if POS_COLUMN in names and POS_COLUMN not in drop:   # the source's columns first
                     update.move_before(n, POS_COLUMN)
+    if key and old_key != key:
+        with txn.update_schema(allow_incompatible_changes=True) as update:
+            for n in key:
+                if n not in added:
+                    update.update_column(n, required=True)
+            update.set_identifier_fields(*key)
     return bool(renames or drop or promoted or added)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from ..errors import TargetShapeError
 from ..logical_types import arrow_type
 from ..schema import TableSchema
 from .base import OP_COLUMN, POS_COLUMN
@@ -16,3 +17,30 @@ def arrow_schema(table: TableSchema) -> pa.Schema:
     fields = [pa.field(c.name, arrow_type(c.type), nullable=c.name not in table.key) for c in table.columns]
     return pa.schema(fields + [pa.field(POS_COLUMN, pa.string(), nullable=False),
                                pa.field(OP_COLUMN, pa.string(), nullable=False)])
+
+
+def check_shape(table: TableSchema, kind: str, target: str) -> None:
+    """Refuse (TargetShapeError: the table held on this target only) a shape the lake table
+    cannot hold exactly: column names that differ only in case (Delta takes them as one;
+    ``_dblog_pos`` and ``_dblog_op`` are ours), a key of unconstrained ``numeric`` (1.5 and
+    1.50 are one key at the source, two texts in a lake table), or (Iceberg) a key of floats,
+    which cannot be identifier fields."""
+    seen: dict[str, str] = {}
+    for name in table.column_names + [POS_COLUMN, OP_COLUMN]:
+        other = seen.setdefault(name.lower(), name)
+        if other != name or (name in (POS_COLUMN, OP_COLUMN) and name in table.column_names):
+            raise TargetShapeError(
+                f"{table.qualified}: columns {other!r} and {name!r} are one column to a {kind} table (names "
+                f"compared without case, {POS_COLUMN} / {OP_COLUMN} are dblog's): the table is held on {target} "
+                "(its other tables go on); rename one at the source, or capture it into a PostgreSQL target",
+                table=table.qualified, column=name)
+    for k, t in zip(table.key, table.key_types):
+        why = ("an unconstrained numeric key: 1.5 and 1.50 are one key at the source but two texts in a "
+               "lake table" if t == "numeric" else
+               "a floating-point key cannot be an Iceberg identifier field"
+               if kind == "iceberg" and t in ("float32", "float64") else "")
+        if why:
+            raise TargetShapeError(
+                f"{table.qualified}.{k}: {why}; the table is held on {target} (its other tables go on). "
+                f"Declare the key with a fixed scale (numeric(p,s)) or capture it into a PostgreSQL target",
+                table=table.qualified, column=k)

@@ -80,8 +80,7 @@ def read_list(table: TableSchema, names: list[str], alias: str = "") -> sql.Comp
     def read(n: str) -> sql.Composable:
         t = table.column(n).type
         if t == "text:inet":   # its output form, as the log has it (a cast to text keeps '/128')
-            return sql.SQL("CASE WHEN {0}{1} IS NULL THEN NULL ELSE format('%s', {0}{1}) END").format(
-                pre, sql.Identifier(n))
+            return sql.SQL("abbrev({}{})").format(pre, sql.Identifier(n))
         if t in _FROM_TEXT or is_text_carried(t):
             return sql.SQL("{}{}::text").format(pre, sql.Identifier(n))
         return sql.SQL("{}{}").format(pre, sql.Identifier(n))

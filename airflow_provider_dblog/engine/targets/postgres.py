@@ -264,8 +264,8 @@ class PostgresTarget:  # implements targets.base.Target
         key_list = sql.SQL(", ").join(keys)
         key_match = sql.SQL(" AND ").join(
             sql.SQL("t.{k} = l.{k}").format(k=k) for k in keys)
-        updates = sql.SQL(", ").join(
-            [sql.SQL("{c} = EXCLUDED.{c}").format(c=c) for c in non_keys]
+        updates = sql.SQL(", ").join(   # the key too: an equal key written otherwise (numeric: 2, 2.00)
+            [sql.SQL("{c} = EXCLUDED.{c}").format(c=c) for c in keys + non_keys]
             + [sql.SQL("{p} = EXCLUDED.{p}").format(p=pos)])
         col_list = sql.SQL(", ").join(cols + [pos])
         # One statement: data-modifying CTEs share a snapshot, and the deleted and

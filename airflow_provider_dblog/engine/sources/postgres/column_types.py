@@ -95,8 +95,8 @@ def select_expr(n: NativeColumn, quote: Callable[[str], str] = quote_ident) -> s
     same for psycopg2 and Spark's JDBC reader): its text, unless it is a plain int,
     float, bool, bytea or text value."""
     q = quote(n.name)
-    if n.type_name == "inet":   # its cast to text keeps a full netmask ('::1/128'); the log has '::1'
-        return f"CASE WHEN {q} IS NULL THEN NULL ELSE format('%s', {q}) END AS {q}"
+    if n.type_name == "inet":   # its cast to text keeps a full netmask ('::1/128'); abbrev is the
+        return f"abbrev({q}) AS {q}"   # output function's text, as the log has it ('::1')
     if text_parsed(n) or n.logical.startswith("text:") or n.logical == "json" or (
             n.logical == "string" and n.type_name not in ("text", "varchar", "bpchar", "name")):
         return f"{q}::text AS {q}"
