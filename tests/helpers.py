@@ -226,3 +226,13 @@ class StuckCommit:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def lake_target(kind: str, path, source: str = "src", **extra) -> dict:
+    """A lake target's config (issue 28): a Delta table directory, or an Iceberg warehouse
+    with its SQL catalog in a fresh database of the private PostgreSQL."""
+    if kind == "delta":
+        return {"kind": "delta", "source": source, "path": str(path), **extra}
+    assert kind == "iceberg", kind
+    return {"kind": "iceberg", "source": source, "path": str(path), "host": "127.0.0.1", "port": POSTGRES_PORT,
+            "user": "postgres", "database": unique("ice"), "schema": "cdc", **extra}

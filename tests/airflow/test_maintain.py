@@ -52,17 +52,13 @@ def test_each_lake_target_gets_a_maintenance_dag_with_a_form(tmp_path):
 
 @pytest.mark.parametrize("kind", ["delta", "iceberg"])
 def test_the_operator_compacts_a_lake_table_without_changing_it(dblog_setup, context, kind):
-    from helpers import POSTGRES_PORT, TailThread, unique
+    from helpers import TailThread, lake_target
     from airflow_provider_dblog.engine.targets import open_target
 
     s = dblog_setup(ITEMS)
     (table,) = s.tables
     raw = yaml.safe_load(s.path.read_text())
-    raw["targets"]["lake"] = ({"kind": "delta", "source": "src", "path": str(s.path.parent / "lake")}
-                              if kind == "delta" else
-                              {"kind": "iceberg", "source": "src", "path": str(s.path.parent / "warehouse"),
-                               "host": "127.0.0.1", "port": POSTGRES_PORT, "user": "postgres",
-                               "database": unique("ice"), "schema": "cdc"})
+    raw["targets"]["lake"] = lake_target(kind, s.path.parent / ("lake" if kind == "delta" else "warehouse"))
     s.path.write_text(yaml.safe_dump(raw))
     tail = TailThread(s).start()
     try:

@@ -514,17 +514,13 @@ def test_an_apply_into_a_lake_table_adds_an_event_to_its_own_asset_with_the_vers
     extra carries the table version the run made (Delta version / Iceberg snapshot id)
     and the rows inserted, updated and deleted; the source table's Asset gets the same."""
     import yaml
-    from helpers import POSTGRES_PORT, TailThread, unique
+    from helpers import TailThread, lake_target
     from airflow_provider_dblog.engine.targets import open_target
 
     s = dblog_setup(ITEMS)
     (table,) = s.tables
     raw = yaml.safe_load(s.path.read_text())
-    raw["targets"]["lake"] = ({"kind": "delta", "source": "src", "path": str(s.path.parent / "lake")}
-                              if kind == "delta" else
-                              {"kind": "iceberg", "source": "src", "path": str(s.path.parent / "warehouse"),
-                               "host": "127.0.0.1", "port": POSTGRES_PORT, "user": "postgres",
-                               "database": unique("ice"), "schema": "cdc"})
+    raw["targets"]["lake"] = lake_target(kind, s.path.parent / ("lake" if kind == "delta" else "warehouse"))
     s.path.write_text(yaml.safe_dump(raw))
     fake_spark_submit("fail")
     tail = TailThread(s).start()

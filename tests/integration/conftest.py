@@ -17,19 +17,16 @@ from airflow_provider_dblog.engine.sources import open_source
 from airflow_provider_dblog.engine.state import RedisState
 from airflow_provider_dblog.engine.store import EventStore
 from airflow_provider_dblog.engine.tail import Tail
-from airflow_provider_dblog.engine.targets import PostgresTarget, open_target, target_table_name
+from airflow_provider_dblog.engine.targets import open_target, target_table_name
 from airflow_provider_dblog.engine.verify import compare_source_target
 
-from helpers import POSTGRES_PORT, REDIS_PORT, unique
+from helpers import POSTGRES_PORT, REDIS_PORT, lake_target, unique
 from sourcedb import KINDS
 
 
 def _lake_target(kind: bool | str, tmp_path) -> dict:
-    if kind in (True, "delta"):
-        return {"kind": "delta", "source": "src", "path": str(tmp_path / "lake")}
-    assert kind == "iceberg", kind   # its SQL catalog in a database of the private PostgreSQL
-    return {"kind": "iceberg", "source": "src", "path": str(tmp_path / "warehouse"), "host": "127.0.0.1",
-            "port": POSTGRES_PORT, "user": "postgres", "database": unique("ice"), "schema": "cdc"}
+    kind = "delta" if kind is True else kind
+    return lake_target(kind, tmp_path / ("lake" if kind == "delta" else "warehouse"))
 
 
 class CDC:

@@ -25,7 +25,7 @@ from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.schema import Column, TableSchema
 from airflow_provider_dblog.engine.targets import open_target
 from airflow_provider_dblog.engine.targets.changelog import changelog_name
-from helpers import POSTGRES_PORT, unique
+from helpers import lake_target
 
 
 @pytest.fixture(params=["delta", "iceberg"])
@@ -35,11 +35,7 @@ def lake(request) -> str:
 
 def _lake_target(kind: str, tmp_path, name: str) -> dict:
     """A lake target keeping changelog tables (the Iceberg catalog in the private PostgreSQL)."""
-    if kind == "delta":
-        return {"kind": "delta", "source": "src", "path": str(tmp_path / name), "changelog": True}
-    return {"kind": "iceberg", "source": "src", "path": str(tmp_path / name), "host": "127.0.0.1",
-            "port": POSTGRES_PORT, "user": "postgres", "database": unique("ice"), "schema": "cdc",
-            "changelog": True}
+    return lake_target(kind, tmp_path / name, changelog=True)
 
 
 def _setup(src_db, make_cdc, tmp_path, lake, rows: int = 20, spark: bool = False):

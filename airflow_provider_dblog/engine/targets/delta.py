@@ -37,12 +37,11 @@ from ..errors import TargetShapeError
 from ..events import DELETE as _DELETE
 from ..positions import Position
 from ..schema import TableSchema
-from ..values import comparable_key
-from ..arrow_values import to_arrow
 from .base import OP_COLUMN, POS_COLUMN, MergeResult
 from .delta_evolve import evolved
 from .delta_maintain import (APPLIED, KeySpan, MaintainReport, applied_in, maintain as maintain_table,
                              quote_name as _q, spooled, table_configuration)
+from .lake_rows import orphans
 from .lake_schema import arrow_schema, check_shape
 from .lake_values import DELTA_RANGES, ValueGuard, check_values
 from .pg_tables import target_table_name
@@ -262,19 +261,9 @@ class DeltaTarget:   # implements targets.base.Target
         if applied is None or applied < until:
             return None
         key = list(table.key)
-        rows = dt.to_pyarrow_table(columns=key + [POS_COLUMN])
-        rows = rows.filter(pc.less(rows[POS_COLUMN], below.encode())).select(key)
-        keep = keep.select(key).cast(rows.schema)
-        gone = rows.join(keep, key, join_type="left anti")
-        candidates = [tuple(r[k] for k in key) for r in gone.to_pylist()]
-        if candidates and in_source is not None:
-            there = in_source(candidates)
-            candidates = [k for k in candidates
-                          if tuple(comparable_key(t, v) for t, v in zip(table.key_types, k)) not in there]
-        if not candidates:
+        gone = orphans(dt.to_pyarrow_table(columns=key + [POS_COLUMN]), keep, key, below, table, in_source)
+        if gone.num_rows == 0:
             return 0
-        gone = pa.table({k: to_arrow(t, [c[i] for c in candidates]) for i, (k, t) in
-                         enumerate(zip(key, table.key_types))}).cast(rows.schema)
         gone = gone.append_column(POS_COLUMN, pa.array([below.encode()] * gone.num_rows, pa.string()))
         span = KeySpan(key, gone.schema)
         span.add(gone)

@@ -46,7 +46,8 @@ from ..schema import TableSchema
 from .base import OP_COLUMN, POS_COLUMN, MergeResult
 from .delta_evolve import evolved
 from .iceberg_evolve import reshape
-from .iceberg_rows import affected_files, matched, orphans
+from .iceberg_rows import affected_files, matched
+from .lake_rows import orphans
 from .lake_schema import arrow_schema, check_shape
 from .lake_values import ICEBERG_RANGES, check_values
 from .pg_tables import target_table_name
@@ -132,7 +133,7 @@ class IcebergTarget:   # implements targets.base.Target
             raise TargetShapeError(f"{table.qualified}: its columns cannot be an Iceberg table exactly: {e}; the "
                                    f"table is held on Iceberg target {self.config.name} (its other tables go on)",
                                    table=table.qualified) from e
-        except Exception as e:   # noqa: BLE001 - created concurrently
+        except Exception:   # noqa: BLE001 - created concurrently
             if self.exists(table):
                 return False
             raise

@@ -1,6 +1,6 @@
 """Row arithmetic of the Iceberg target's copy-on-write merge (iceberg.py), in Arrow: which
-data files a batch's keys can meet (their column bounds), which of their rows a batch
-replaces by position, and the orphans of a full dump. No Spark and no Airflow here."""
+data files a batch's keys can meet (their column bounds) and which of their rows a batch
+replaces by position. No Spark and no Airflow here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,11 +11,7 @@ import pyarrow.compute as pc
 from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThanOrEqual
 from pyiceberg.expressions.visitors import bind
 
-from ..arrow_values import to_arrow
 from ..events import DELETE
-from ..positions import Position
-from ..schema import TableSchema
-from ..values import comparable_key
 from .base import OP_COLUMN, POS_COLUMN
 
 _F, _R, _B, _TPOS = "__dblog_file", "__dblog_row", "__dblog_batch", "__dblog_tpos"
@@ -109,19 +105,3 @@ def matched(batch: pa.Table, files: list[pa.Table], key: list[str]) -> Matched:
     updated, deleted = count(pc.and_(newer, pc.invert(is_delete))), count(pc.and_(newer, is_delete))
     return Matched(write=write, keep_masks=masks, old_row=old_row, inserted=inserted, updated=updated,
                    deleted=deleted, stale=n - inserted - updated - deleted, offsets=offsets)
-
-
-def orphans(rows: pa.Table, keep: pa.Table, key: list[str], below: Position, table: TableSchema,
-            in_source) -> pa.Table:
-    """The keys of ``rows`` (the target's keys and positions) below ``below`` that a full
-    dump did not see (``keep``) and the source does not hold now (``in_source``)."""
-    rows = rows.filter(pc.less(rows[POS_COLUMN], below.encode())).select(key)
-    gone = rows.join(keep.select(key).cast(rows.schema), key, join_type="left anti")
-    if gone.num_rows == 0 or in_source is None:
-        return gone
-    candidates = [tuple(r[k] for k in key) for r in gone.to_pylist()]
-    there = in_source(candidates)
-    candidates = [c for c in candidates
-                  if tuple(comparable_key(t, v) for t, v in zip(table.key_types, c)) not in there]
-    return pa.table({k: to_arrow(t, [c[i] for c in candidates]) for i, (k, t) in
-                     enumerate(zip(key, table.key_types))}).cast(rows.schema)
