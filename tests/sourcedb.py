@@ -32,7 +32,7 @@ class MariaDB:
 
     def source_config(self, tables: list[str], wm_ns: str, server_id: int) -> dict:
         return {"kind": "mysql", "host": "127.0.0.1", "port": MARIADB_PORT, "user": "root",
-                "password": "", "server_id": server_id, "watermark_namespace": wm_ns,
+                "password": "", "server_id": server_id, "watermark_namespace": wm_ns, "heartbeat_seconds": 0.1,
                 "tables": [f"{self.name}.{t}" for t in tables]}
 
     def create_table(self, cur, name: str, columns: str) -> None:
@@ -92,7 +92,7 @@ class Postgres:
 
     def source_config(self, tables: list[str], wm_ns: str, server_id: int) -> dict:
         return {"kind": "postgres", "host": "127.0.0.1", "port": POSTGRES_PORT, "user": "postgres",
-                "password": "", "database": self.database, "watermark_namespace": wm_ns,
+                "password": "", "database": self.database, "watermark_namespace": wm_ns, "heartbeat_seconds": 0.1,
                 "slot": unique("slot"), "publication": unique("pub"),
                 "tables": [f"{self.name}.{t}" for t in tables]}
 

@@ -73,6 +73,9 @@ def test_environment_references_and_defaults():
     (lambda r: r["sources"]["s"].update(schema_changes="evolv"), "schema_changes: default: must be one of evolve"),
     (lambda r: r["sources"]["s"].update(schema_changes={"a.x": "ignore"}), "'a.x' is not one of the source's tables"),
     (lambda r: r["sources"]["s"].update(schema_changes={"a.b": "drop"}), "a.b: must be one of"),
+    (lambda r: r["sources"]["s"].update(heartbeat_seconds=0), "heartbeat_seconds must be a number of seconds"),
+    (lambda r: r["sources"]["s"].update(heartbeat_seconds="soon"), "heartbeat_seconds must be a number of seconds"),
+    (lambda r: r["sources"]["s"].update(heartbeat_seconds=float("nan")), "heartbeat_seconds must be a number"),
 ])
 def test_bad_config_is_refused_with_what_is_wrong(change, words):
     raw = {"sources": {"s": {"kind": "mysql", "host": "h", "port": 1, "user": "u", "tables": ["a.b"]}},

@@ -27,7 +27,7 @@ from .apply_plan import LOCAL, Batch, latest_per_key, plan_table
 from .errors import TargetValueError
 from .events import DELETE, event_arrow_schema
 from .schema import TableSchema
-from .targets.base import OP_COLUMN, POS_COLUMN
+from .targets.base import OP_COLUMN, POS_COLUMN, append_changelog
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,10 @@ def stage_and_merge(target, batch: Batch, flat: pa.Table | Iterable[pa.Table], s
     the batch's result counts."""
     logged = {}
     try:
-        if getattr(target.config, "changelog", False):
-            logged["changelog_rows"] = target.append_changelog(batch.write_schema or batch.schema, events,
-                                                               source_name, batch.frontier)
+        rows = append_changelog(target, batch.write_schema or batch.schema, events, source_name, batch.frontier,
+                            batch.evolve)
+        if rows is not None:
+            logged["changelog_rows"] = rows
         res = target.merge_batch(batch.write_schema or batch.schema, flat, source_name, batch.frontier, run_id,
                                  evolve=batch.evolve)
     except TargetValueError as e:

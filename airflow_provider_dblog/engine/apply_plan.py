@@ -5,8 +5,7 @@ target's checkpoint for the table, ``frontier`` is ``RedisState.frontier()``.
 :func:`plan_table` works out the batch (creating the target table, resetting the
 checkpoint of a recreated table, moving the checkpoint over an empty range, stopping
 before a value no target can take: :func:`held_at`). Both paths then execute it the
-same way (engine/apply_batch.py: reduce to the latest event per key, stage, merge), the
-local one in this process, ``spark_jobs/apply_job.py`` on Spark.
+same way (engine/apply_batch.py: latest event per key, stage, merge), locally or on Spark.
 
 Riding out the target or Redis going away (:func:`apply_tables`, both paths): a table's
 step is run again with backoff for up to ``apply.retry_for_s`` (engine/retry.py), then
@@ -42,6 +41,7 @@ from .quarantine import fix_for, quarantine_table, settle
 from .schema_evolution import Evolution, version_evolution
 from .schema_history import version_at
 from .sweep import sweep_table
+from .targets.base import append_changelog
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,7 @@ LOCAL, SPARK = "local", "spark"
 
 # -- what a run applies ------------------------------------------------------------------
 def resolve_tables(scfg: SourceConfig, tables: str | list[str] | None) -> list[str]:
-    """The requested tables (a list or comma-separated ``db.table``), checked against the
-    source's; all of the source's when none are named."""
+    """The requested tables (a list or comma-separated ``db.table``), checked; all if none."""
     if isinstance(tables, str):
         tables = [t.strip() for t in tables.split(",") if t.strip()]
     return [scfg.table(t) for t in tables] if tables else list(scfg.tables)
@@ -101,9 +100,8 @@ def load_schemas(scfg: SourceConfig, tables: list[str], schema_file: str = "",
 
 
 def events_in_range(store, files: list[str], lo: str, hi: str, stop_above: int | None = None) -> int:
-    """How many events ``files`` hold with ``lo <= pos < hi``, read from the ``pos`` column
-    alone. A replayed flush's events count twice. With ``stop_above``, stops counting once
-    the count passes it (the answer is then some number above it)."""
+    """How many events ``files`` hold with ``lo <= pos < hi`` (``pos`` column alone; a
+    replayed flush's twice); with ``stop_above``, some number above it once passed."""
     n = 0
     for f in files:
         pos = pq.read_table(f, columns=["pos"], filesystem=store.fs)["pos"]
@@ -238,7 +236,9 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
         b.events = b.out["events"] = events_in_range(store, b.files, b.lo, b.hi)
     if b.evolve is not None:
         b.out["evolved"] = [{"at": b.hi, "change": b.evolve[0].describe()}]
-    if not b.events:
+    if not b.events:   # (a TRUNCATE it ends at is still a changelog row: targets/changelog.py)
+        b.out |= {"changelog_rows": n} if (n := append_changelog(target, b.write_schema, [], source_name,
+                                                                  b.frontier, b.evolve)) is not None else {}
         target.advance_applied(source_name, shape, b.frontier, evolve=b.evolve)
         b.result = b.finish("held" if b.held else "empty")
     return b
@@ -348,9 +348,8 @@ def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store,
     ``({table: result}, retries)``. The target or Redis away: the step runs again with
     backoff for up to ``retry_for_s`` since the outage began, then TargetUnavailableError.
     Running it again is safe: a merge that failed moved nothing (rows and checkpoint are
-    one transaction) and the next attempt's stage table replaces the failed one's (same
-    name: same run and table); a merge that went through left its checkpoint moved, so
-    the next plan starts after it (a commit whose answer was lost is not applied twice)."""
+    one commit); one that went through moved its checkpoint, so the next plan starts after
+    it (a commit whose answer was lost is not applied twice)."""
     retry = target_retrier(target, tcfg, state, retry_for_s)
     results: dict[str, dict] = {}
     for t in names:
@@ -371,7 +370,8 @@ def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store,
 def combined(first: dict, then: dict) -> dict:
     """One table's result over its batches, one after another (a change of shape between)."""
     out = then | {k: first.get(k, 0) + then.get(k, 0) for k in
-                  ("files", "events", "rows", "inserted", "updated", "deleted", "stale", "seconds")}
+                  ("files", "events", "rows", "inserted", "updated", "deleted", "stale", "seconds",
+                   "changelog_rows") if k in first or k in then}
     return out | {"from": first["from"], "seconds": round(out["seconds"], 3),
                   "evolved": first.get("evolved", []) + then.get("evolved", [])}
 

@@ -64,6 +64,9 @@ class SourceConfig:
     # evolve, lenient, ignore or fail; for all tables, then per table
     schema_changes: str = "evolve"
     schema_changes_tables: tuple[tuple[str, str], ...] = ()
+    # how soon a caught-up tail hears from an idle log (binlog heartbeat, pgoutput wait):
+    # the cadence of its idle flushes, lease renewals and stop checks
+    heartbeat_seconds: float = 0.5
 
     def schema_changes_for(self, table: str) -> str:
         return dict(self.schema_changes_tables).get(table, self.schema_changes)
@@ -269,6 +272,7 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
             slot=str(d.get("slot", f"dblog_{name}")),
             publication=str(d.get("publication", f"dblog_{name}")),
             zero_dates=_choice(d.get("zero_dates", "refuse"), ("refuse", "null"), f"{where}.zero_dates"),
+            heartbeat_seconds=_seconds(d.get("heartbeat_seconds", 0.5), 0.01, 10.0, f"{where}.heartbeat_seconds"),
             **_schema_changes(d.get("schema_changes", EVOLVE), tables, where))
     if not sources:
         raise ConfigError("config: no sources configured")
@@ -333,6 +337,16 @@ def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:
     if value not in allowed:
         raise ConfigError(f"{where} must be one of {', '.join(allowed)}, not {value!r}")
     return value
+
+
+def _seconds(value: Any, low: float, high: float, where: str) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not low <= seconds <= high:   # nan fails too
+        raise ConfigError(f"{where} must be a number of seconds from {low} to {high}, not {value!r}")
+    return seconds
 
 
 def load_config(path: str | os.PathLike, env: Mapping[str, str] | None = None) -> Config:

@@ -45,7 +45,7 @@ always the one holding at its checkpoint. Nothing here imports Airflow.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .arrow_values import decode_row
 from .logical_types import DECIMAL_TYPE, NUMERIC_TYPE
@@ -74,6 +74,7 @@ class Evolution:
     fill: tuple[str, ...] = ()                 # added columns whose existing rows hold a default
     fill_values: str = ""                      # that value of each (arrow_values.encode_row)
     truncate: bool = False                     # TRUNCATE: the target is emptied there
+    truncated_ts: int = 0                      # its source time (ms; 0: not recorded)
 
     @property
     def compatible(self) -> bool:
@@ -282,12 +283,13 @@ def recreated_columns(old_version: dict, new_version: dict) -> tuple[str, ...]:
 def version_evolution(previous: dict, version: dict) -> Evolution:
     """The evolution the tail recorded with ``version`` (its behaviour and renames), from
     the version before it."""
-    return evolution(TableSchema.from_dict(previous["schema"]), TableSchema.from_dict(version["schema"]),
+    ev = evolution(TableSchema.from_dict(previous["schema"]), TableSchema.from_dict(version["schema"]),
                      version.get("behaviour", EVOLVE), (version.get("extra") or {}).get("defaults"),
                      version.get("renamed") or (), version.get("fill", ""), bool(version.get("truncated")),
                      native_changes(previous, version), recreated_columns(previous, version),
                      mysql_native=any("column_type" in n for n in version.get("native") or ()),
                      strict=not version.get("non_strict"))
+    return replace(ev, truncated_ts=int(version.get("truncated_ts") or 0)) if ev.truncate else ev
 
 
 def added_with_values(old: TableSchema, new: TableSchema, defaults: dict, renamed) -> list[str]:

@@ -146,7 +146,7 @@ class TableShapes:
                                      "schema_changes to evolve (its targets are emptied there too), lenient or "
                                      "ignore (they keep their rows), and start the tail again")
         version = {k: self.versions[t][k] for k in DESCRIBED}
-        version |= {"behaviour": behaviour, "renamed": [], "truncated": True}
+        version |= {"behaviour": behaviour, "renamed": [], "truncated": True, "truncated_ts": item.source_ts}
         self.store.write_schema_version(t, item.pos, version)
         self.versions[t] = version
         log.warning("tail %s: %s truncated at %s (schema_changes %s): %s", self.state.source, t, item.pos,

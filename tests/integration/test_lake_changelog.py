@@ -149,6 +149,43 @@ def test_the_changelog_holds_every_event_once_in_position_order(src_db, make_cdc
     assert sorted((r for r in latest.values() if r), key=lambda r: r["id"]) == target.rows(schema)
 
 
+def test_a_truncate_is_a_changelog_row_once(src_db, make_cdc, tmp_path, lake):
+    """A TRUNCATE that empties the target (schema_changes evolve) is a row of the
+    changelog (op ``truncate``, no images, its source time) at its place in the log: with
+    the events before it in one batch, and alone in a batch (the path with no events);
+    a replay appends nothing; the current-state table equals the source after each."""
+    cdc = _setup(src_db, make_cdc, tmp_path, lake, rows=5)
+    with src_db.cursor() as cur:
+        cur.execute("UPDATE t SET v = 10 WHERE id = 1")
+        cur.execute("TRUNCATE TABLE t")
+        cur.execute("INSERT INTO t (id, v, s, d) VALUES (7, 7, 'after', 7.5)")
+    cdc.drain()
+    res = cdc.apply_local("lake")[f"{cdc.db}.t"]   # two batches: up to the TRUNCATE, then on from it
+    assert res["changelog_rows"] == 5 + 1 + 1 + 1 and len(res["evolved"]) == 1, res
+    cdc.assert_equal("t", target="lake")
+    with src_db.cursor() as cur:   # a TRUNCATE alone in its batch
+        cur.execute("TRUNCATE TABLE t")
+    cdc.drain()
+    res = cdc.apply_local("lake")[f"{cdc.db}.t"]
+    assert res["events"] == 0 and res["changelog_rows"] == 1 and len(res["evolved"]) == 1, res
+    target = open_target(cdc.cfg.target("lake"))
+    schema = cdc.source.table_schema(f"{cdc.db}.t")
+    assert target.count(schema) == 0
+    version = _version(target, schema)
+    assert cdc.apply_local("lake")[f"{cdc.db}.t"].get("changelog_rows", 0) == 0   # nothing new: no commit
+    assert _version(target, schema) == version
+    log = _changelog(target, schema).to_pylist()
+    assert [r["op"] for r in log] == ["snapshot"] * 5 + ["update", "truncate", "insert", "truncate"]
+    cuts = [r for r in log if r["op"] == "truncate"]
+    assert all(r["before"] is None and r["after"] is None and r["error"] is None for r in cuts)
+    stamps = [r["source_ts"] for r in log[5:]]   # the source's commit times, in log order
+    assert stamps == sorted(stamps) and stamps[0].year >= 2025, stamps
+    assert cuts[0]["commit_date"] == cuts[0]["source_ts"].date()
+    # each TRUNCATE row sits at the position the tail recorded it at
+    truncated = [p for p, v in cdc.store.schema_versions(f"{cdc.db}.t") if v.get("truncated")]
+    assert [r["_dblog_pos"] for r in cuts] == [p.encode() for p in truncated]
+
+
 # one kind: the driver's ordered read is the kind's own code only past append_changelog,
 # which every other test here drives on both kinds (a spark-submit costs ~50 s)
 @pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)

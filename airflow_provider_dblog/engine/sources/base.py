@@ -62,6 +62,7 @@ class TableTruncated:
     it as a step of the table's history)."""
     table: str
     pos: Position
+    source_ts: int = 0   # its commit time (ms since the epoch; 0: unknown)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ of the table below it is in the target. Its guarantees, whatever the kind:
 - ``delete_orphans``: the sweep of a full dump (engine/sweep.py), done only once every
   event below ``until`` is applied, checked under the table's exclusive apply lock.
 - ``drop_table`` / ``reset_applied``: a quarantined table rebuilt in its new shape.
+- ``append_changelog`` (a lake target with ``changelog: true``): every event of a batch,
+  and the TRUNCATE it ends at, appended exactly once to the table's ordered event log
+  (changelog.py); :func:`append_changelog` is the apply's one way in.
 
 Nothing here imports Airflow.
 """
@@ -99,3 +102,18 @@ class Target(Protocol):
                     new_pos: Position, run_id: str, evolve: tuple | None = None) -> MergeResult: ...
     def delete_orphans(self, table: TableSchema, source: str, keep: pa.Table, below: Position,
                        until: Position, in_source=None) -> int | None: ...
+    # only a target whose config has ``changelog: true``
+    def append_changelog(self, table: TableSchema, events: Iterable[pa.Table], source: str, new_pos: Position,
+                         truncated_ts: int | None = None) -> int: ...
+
+
+def append_changelog(target: Target, table: TableSchema, events: Iterable[pa.Table], source: str,
+                     frontier: Position, evolve: tuple | None) -> int | None:
+    """A batch's events below ``frontier`` (and, when the batch ends at a TRUNCATE that empties
+    the target, that TRUNCATE: ``evolve``) into the table's changelog table, if the target
+    keeps one; rows appended, None if it keeps none."""
+    if not getattr(target.config, "changelog", False):
+        return None
+    ev = evolve[0] if evolve is not None else None
+    return target.append_changelog(table, events, source, frontier,
+                                   truncated_ts=ev.truncated_ts if ev is not None and ev.truncate else None)

@@ -23,8 +23,11 @@ dropped one stays (null afterwards), a rename is a new field, a widening widens 
 its image and named, with its exact text, in the row's ``error`` (an event stays in the
 log: refusing it would hold the table for good); a change the table cannot hold exactly
 (a column of the same name whose type neither holds the other's) is refused (TargetValueError: the table's apply is
-held, engine/apply_batch.py). A TRUNCATE is a step of the table's schema history (a
-version marked ``truncated``), not an event: it is not a row of the changelog.
+held, engine/apply_batch.py). A TRUNCATE that empties the target (schema_changes
+``evolve``) is a row too: ``op`` ``truncate`` at the TRUNCATE's position, both images null,
+appended with the events before it in the commit that moves the changelog's position to
+it (the batch ends there: engine/apply_plan.py), so it is in exactly once. Under
+``lenient``/``ignore`` the targets keep their rows and the changelog has no such row.
 
 No Spark and no Airflow here.
 """
@@ -36,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import TargetValueError
+from ..events import event_arrow_schema
 from ..logical_types import arrow_type
 from ..schema import TableSchema
 from .base import POS_COLUMN
@@ -43,6 +47,7 @@ from .lake_values import mark_out_of_range
 from .pg_tables import target_table_name
 
 SUFFIX = "__changelog"
+TRUNCATE = "truncate"   # the op of a TRUNCATE's row (the events' ops: engine/events.py)
 POSITION_KEY = "dblog.changelog."   # + source: where each kind keeps the changelog's position
 PARTITION = "commit_date"
 IMAGES = ("before", "after")
@@ -150,10 +155,25 @@ def changelog_rows(events: pa.Table | pa.RecordBatch, schema: pa.Schema, table: 
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def pending(events: Iterable[pa.Table | pa.RecordBatch], applied: str, hi: str) -> Iterator[pa.Table]:
+def truncate_event(table: TableSchema, pos: str, ts: int) -> pa.Table:
+    """A TRUNCATE at ``pos`` as one event row (engine/events.py's shape): no images; a time
+    the tail did not record (versions from before it did) is named in ``error``."""
+    row = {"table": table.qualified, "op": TRUNCATE, "key": "", "before": None, "after": None, "pos": pos,
+           "source_ts": ts, "error": None if ts else "the TRUNCATE's source time was not recorded"}
+    return pa.Table.from_pylist([row], schema=event_arrow_schema(table))
+
+
+def pending(events: Iterable[pa.Table | pa.RecordBatch], applied: str, hi: str,
+            truncated_ts: int | None = None, table: TableSchema | None = None) -> Iterator[pa.Table]:
     """The events (in position order, each once: engine/apply_batch.py reads them so) the
     changelog does not hold yet: at or past its position ``applied`` ("" if none) and
-    below ``hi``; empty pages left out."""
+    below ``hi``, empty pages left out; then, with ``truncated_ts``, the TRUNCATE at ``hi``."""
+    yield from _below(events, applied, hi)
+    if truncated_ts is not None:
+        yield truncate_event(table, hi, truncated_ts)
+
+
+def _below(events: Iterable[pa.Table | pa.RecordBatch], applied: str, hi: str) -> Iterator[pa.Table]:
     for page in events:
         if isinstance(page, pa.RecordBatch):
             page = pa.Table.from_batches([page])

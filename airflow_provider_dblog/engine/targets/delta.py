@@ -274,7 +274,8 @@ class DeltaTarget:   # implements targets.base.Target
                    .execute())
         return int(metrics.get("num_target_rows_deleted", 0))
 
-    def append_changelog(self, table: TableSchema, events: Iterable[pa.Table], source: str, new_pos: Position) -> int:
+    def append_changelog(self, table: TableSchema, events: Iterable[pa.Table], source: str, new_pos: Position,
+                         truncated_ts: int | None = None) -> int:
         """The table's changelog table (``changelog: true``): delta_changelog.py."""
         from .delta_changelog import append
-        return append(self.root, table, events, source, new_pos, f"Delta target {self.config.name}")
+        return append(self.root, table, events, source, new_pos, f"Delta target {self.config.name}", truncated_ts)

@@ -80,15 +80,16 @@ def _rewrite(dt: DeltaTable, schema: pa.Schema, source: str, pos: str) -> None:
 
 
 def append(root: str, table: TableSchema, events: Iterable[pa.Table | pa.RecordBatch], source: str,
-           new_pos: Position, target: str) -> int:
-    """Append the events the changelog lacks (below ``new_pos``) and move its position to
-    ``new_pos`` in the same commit; rows appended (0: nothing to append, no commit)."""
+           new_pos: Position, target: str, truncated_ts: int | None = None) -> int:
+    """Append the events the changelog lacks (below ``new_pos``; with ``truncated_ts``, the
+    TRUNCATE at it: changelog.py) and move its position to ``new_pos`` in the same commit;
+    rows appended (0: nothing to append, no commit)."""
     path = f"{root}/{changelog_name(table)}"
     dt, hi = _open(path), new_pos.encode()
     applied = position(dt, source) if dt is not None else ""
     if applied and hi <= applied:   # a replay: in already
         return 0
-    pages = pending(events, applied, hi)
+    pages = pending(events, applied, hi, truncated_ts, table)
     first = next(pages, None)
     if first is None:   # nothing new: no commit (the next batch's events are past hi anyway)
         return 0

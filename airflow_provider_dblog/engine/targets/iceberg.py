@@ -356,8 +356,9 @@ class IcebergTarget:   # implements targets.base.Target
         txn.commit_transaction()
         return m.deleted
 
-    def append_changelog(self, table: TableSchema, events: Iterable[pa.Table], source: str, new_pos: Position) -> int:
+    def append_changelog(self, table: TableSchema, events: Iterable[pa.Table], source: str, new_pos: Position,
+                         truncated_ts: int | None = None) -> int:
         """The table's changelog table (``changelog: true``): iceberg_changelog.py."""
         from .iceberg_changelog import append
         return append(self.catalog, self.namespace, table, events, source, new_pos,
-                      f"Iceberg target {self.config.name}")
+                      f"Iceberg target {self.config.name}", truncated_ts)

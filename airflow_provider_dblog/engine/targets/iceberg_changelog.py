@@ -69,9 +69,10 @@ def _create(catalog, ident: tuple[str, str], schema: pa.Schema):
 
 
 def append(catalog, namespace: str, table: TableSchema, events: Iterable[pa.Table | pa.RecordBatch],
-           source: str, new_pos: Position, target: str) -> int:
-    """Append the events the changelog lacks (below ``new_pos``) and move its position to
-    ``new_pos`` in the same commit; rows appended (0: nothing to append, no commit)."""
+           source: str, new_pos: Position, target: str, truncated_ts: int | None = None) -> int:
+    """Append the events the changelog lacks (below ``new_pos``; with ``truncated_ts``, the
+    TRUNCATE at it: changelog.py) and move its position to ``new_pos`` in the same commit;
+    rows appended (0: nothing to append, no commit)."""
     ident, hi, key = (namespace, changelog_name(table)), new_pos.encode(), POSITION_KEY + source
     try:
         t = catalog.load_table(ident)
@@ -80,7 +81,7 @@ def append(catalog, namespace: str, table: TableSchema, events: Iterable[pa.Tabl
     applied = t.properties.get(key, "") if t is not None else ""
     if applied and hi <= applied:   # a replay: in already
         return 0
-    pages = pending(events, applied, hi)
+    pages = pending(events, applied, hi, truncated_ts, table)
     first = next(pages, None)
     if first is None:   # nothing new: no commit
         return 0

@@ -224,7 +224,7 @@ class BinlogReader:
                       else str(ev.schema or ""))
                 pos = Position(self.file_no, offset, 0)
                 for statement in read_statement(str(ev.query), db, list(self.tables), getattr(ev, "sql_mode", None)):
-                    yield from self._on_statement(statement, pos)
+                    yield from self._on_statement(statement, pos, int(ev.timestamp) * 1000)
             if q == "ROLLBACK":
                 self._roll_back(0, whole=True)
             yield from self._commit(offset)
@@ -237,10 +237,10 @@ class BinlogReader:
                 else:
                     self.savepoints[name] = len(self.txn)
 
-    def _on_statement(self, st: TableStatement, pos: Position) -> Iterator[LogItem]:
+    def _on_statement(self, st: TableStatement, pos: Position, ts: int) -> Iterator[LogItem]:
         """A statement's effect on one captured table (sources/mysql/ddl.py)."""
         if st.effect == TRUNCATED:
-            yield TableTruncated(st.table, pos)
+            yield TableTruncated(st.table, pos, ts)
             return
         if self.refresh is None:
             if st.effect == BROKEN:

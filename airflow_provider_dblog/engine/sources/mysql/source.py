@@ -51,7 +51,6 @@ class MySQLSource(SqlSource):
     driver_error = pymysql.MySQLError
     quote_table = staticmethod(quote_table)
 
-    heartbeat_s = 0.5          # binlog heartbeat: how soon an idle read_log yields Idle
     read_timeout_s = 30.0      # a silent binlog connection is dead after this long
 
     def __init__(self, config) -> None:
@@ -351,7 +350,7 @@ class MySQLSource(SqlSource):
     def read_log(self, resume: dict | None, should_stop: Callable[[], bool],
                  server_id: int | None = None) -> Iterator[LogItem]:
         """Row changes of the configured tables, watermark writes, transaction ends and
-        Idle (binlog heartbeats every ``heartbeat_s`` while caught up), from ``resume``
+        Idle (binlog heartbeats every ``heartbeat_seconds`` while caught up), from ``resume``
         (a TxnEnd's resume dict; None: the current end of the log).
 
         ``server_id`` defaults to the config's; concurrent readers need different ones."""
@@ -362,7 +361,7 @@ class MySQLSource(SqlSource):
         settings = StreamSettings(
             self.name, self.config.endpoint,
             int(server_id if server_id is not None else self.config.server_id),
-            self.heartbeat_s, self.read_timeout_s)
+            self.config.heartbeat_seconds, self.read_timeout_s)
         def refresh(table: str) -> CapturedTable:
             self.refresh_schema(table)
             self._decode_tables(self.native_columns(table).values())

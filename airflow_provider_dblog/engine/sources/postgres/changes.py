@@ -379,7 +379,7 @@ class TransactionAssembler(LogMarks):
         self.held = [e for e in self.held if e.table not in hit]
         self.touched = {t for t in self.touched if t[0] not in hit} if self.touched else self.touched
         for table in hit:
-            yield TableTruncated(table, Position(0, self.commit_lsn, self.seq))
+            yield TableTruncated(table, Position(0, self.commit_lsn, self.seq), self.ts)
         self.seq += 1
 
     def other(self, m) -> Iterator[LogItem]:

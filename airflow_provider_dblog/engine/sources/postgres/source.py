@@ -338,7 +338,6 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         (lsn,), = self._query("SELECT pg_current_wal_lsn()::text")
         return Position(0, lsn_to_int(lsn), 0), {"lsn": str(lsn)}
 
-    heartbeat_s = 0.5   # how soon an idle read_log yields Idle
 
     @property
     def slot(self) -> SlotAndPublication:
@@ -380,4 +379,4 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
         if resume is None:
             self.prepare_log()
             _, resume = self.current_resume()
-        return LogStream(self, self.slot).read(lsn_to_int(resume["lsn"]), should_stop, self.heartbeat_s)
+        return LogStream(self, self.slot).read(lsn_to_int(resume["lsn"]), should_stop, self.config.heartbeat_seconds)
