@@ -157,3 +157,23 @@ def test_a_lake_target_may_keep_changelog_tables_and_a_sql_target_may_not():
     raw["targets"]["wh"]["changelog"] = True
     with pytest.raises(ConfigError, match="only a delta or iceberg target keeps changelog tables, not a postgres"):
         parse_config(raw, env=env)
+
+
+def test_a_lake_target_on_an_object_store_takes_storage_options_from_the_environment():
+    env = {"AIRFLOW_CONN_SHOP_DB": "mysql://u:p@h:1/d", "AIRFLOW_CONN_STATE_REDIS": "redis://r:6379/0",
+           "AIRFLOW_CONN_WH_DB": "postgresql://u:p@h:5432/wh", "LAKE_SECRET": "s3cr3t"}
+    raw = json.loads(json.dumps(BASE))
+    raw["targets"]["lake"] = {"kind": "delta", "source": "shop", "path": "s3://bucket/lake",
+                              "storage_options": {"AWS_SECRET_ACCESS_KEY": "${LAKE_SECRET}", "AWS_ALLOW_HTTP": True,
+                                                  "timeout": 30}}
+    lake = parse_config(raw, env=env, path="/etc/dblog/dblog.yaml").target("lake")
+    assert lake.path == "s3://bucket/lake"   # a URI is not resolved beside the config
+    assert dict(lake.storage_options) == {"AWS_SECRET_ACCESS_KEY": "s3cr3t", "AWS_ALLOW_HTTP": "true",
+                                          "timeout": "30"}
+    raw["targets"]["lake"]["storage_options"] = ["AWS_REGION=x"]
+    with pytest.raises(ConfigError, match="targets.lake.storage_options: a mapping of option names to values"):
+        parse_config(raw, env=env)
+    raw["targets"]["lake"]["storage_options"] = {}
+    raw["targets"]["wh"]["storage_options"] = {"AWS_REGION": "x"}
+    with pytest.raises(ConfigError, match="targets.wh.storage_options: only a delta or iceberg target has them"):
+        parse_config(raw, env=env)

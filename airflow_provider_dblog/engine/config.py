@@ -88,6 +88,9 @@ class TargetConfig:
     schema: str = "public"
     path: str = ""              # a lake target's root: one table directory per source table
     changelog: bool = False     # a lake target: also each table's changelog (targets/changelog.py)
+    # a lake target on an object store: the options its library takes (delta-rs's
+    # storage_options, PyIceberg's FileIO properties), credentials from ${ENV} only
+    storage_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)   # (secrets: never logged)
 
 
 @dataclass(frozen=True)
@@ -295,7 +298,8 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
                               f"not a {d['kind']} target")
         targets[name] = TargetConfig(name=name, kind=d["kind"], source=d["source"], path=str(d.get("path", "")),
                                      endpoint=None if d["kind"] == "delta" else _endpoint(d, where),
-                                     schema=check_identifier(d.get("schema", "public")), changelog=changelog)
+                                     schema=check_identifier(d.get("schema", "public")), changelog=changelog,
+                                     storage_options=_storage_options(d, where))
     state = raw.get("state") or {}
     storage = raw.get("storage") or {}
     if "redis_url" not in state and state.get("conn_id"):
@@ -337,6 +341,16 @@ def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:
     if value not in allowed:
         raise ConfigError(f"{where} must be one of {', '.join(allowed)}, not {value!r}")
     return value
+
+
+def _storage_options(d: dict, where: str) -> tuple[tuple[str, str], ...]:
+    options = d.get("storage_options") or {}
+    if options and d["kind"] not in ("delta", "iceberg"):
+        raise ConfigError(f"{where}.storage_options: only a delta or iceberg target has them")
+    if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float))
+                                                for k, v in options.items()):
+        raise ConfigError(f"{where}.storage_options: a mapping of option names to values, not {type(options).__name__}")
+    return tuple(sorted((k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in options.items()))
 
 
 def _seconds(value: Any, low: float, high: float, where: str) -> float:

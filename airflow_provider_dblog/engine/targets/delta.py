@@ -14,7 +14,8 @@ updated or inserted only by a newer event (``_dblog_pos`` compared as text: posi
 encode in order), so a replayed batch changes nothing. A change of shape (delta_evolve.py)
 is one overwrite commit that carries the new position; the batch before it is merged
 first without moving the position (a crash between the two re-merges it: nothing
-changes). Local paths only for now (dropping a table removes its directory). The merge's
+changes). ``path`` is a local path or any URI delta-rs takes (``s3://``, ``gs://``,
+``az://``/``abfss://``), with the target's ``storage_options``. The merge's
 file pruning, the tables' file size and their maintenance (compaction, vacuum): delta_maintain.py.
 
 No Spark and no Airflow here.
@@ -29,7 +30,9 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.fs import DeltaStorageHandler
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from ..config import TargetConfig
@@ -40,7 +43,7 @@ from ..schema import TableSchema
 from .base import OP_COLUMN, POS_COLUMN, MergeResult
 from .delta_evolve import evolved
 from .delta_maintain import (APPLIED, KeySpan, MaintainReport, applied_in, maintain as maintain_table,
-                             quote_name as _q, spooled, table_configuration)
+                             quote_name as _q, spooled, store_files, table_configuration)
 from .lake_rows import orphans
 from .lake_schema import arrow_schema, check_shape
 from .lake_values import DELTA_RANGES, ValueGuard, check_values
@@ -52,6 +55,8 @@ class DeltaTarget:   # implements targets.base.Target
     def __init__(self, config: TargetConfig):
         self.config = config
         self.root = config.path.removeprefix("file://").rstrip("/")
+        self.local = "://" not in self.root   # else an object store (delta-rs's, with these options)
+        self.options = dict(config.storage_options) or None
 
     @staticmethod
     def is_transient(error: BaseException) -> bool:
@@ -73,21 +78,23 @@ class DeltaTarget:   # implements targets.base.Target
 
     def _open(self, table: TableSchema | str) -> DeltaTable | None:
         try:
-            return DeltaTable(self.table_path(table))
+            return DeltaTable(self.table_path(table), storage_options=self.options)
         except TableNotFoundError:
             return None
 
     def exists(self, table: TableSchema | str) -> bool:
-        return DeltaTable.is_deltatable(self.table_path(table))
+        return DeltaTable.is_deltatable(self.table_path(table), storage_options=self.options)
 
     def ensure_table(self, table: TableSchema) -> bool:
         check_shape(table, "Delta", f"Delta target {self.config.name}")
         if self.exists(table):
             return False
-        Path(self.table_path(table)).mkdir(parents=True, exist_ok=True)
+        if self.local:
+            Path(self.table_path(table)).mkdir(parents=True, exist_ok=True)
         try:
             DeltaTable.create(self.table_path(table), schema=arrow_schema(table), mode="ignore",
-                              name=target_table_name(table), configuration=table_configuration())
+                              name=target_table_name(table), configuration=table_configuration(),
+                              storage_options=self.options)
         except Exception as e:   # noqa: BLE001 - a type Delta cannot hold: named, never mapped lossily
             raise TargetShapeError(f"{table.qualified}: its columns cannot be a Delta table exactly: {e}; the "
                                    f"table is held on Delta target {self.config.name} (its other tables go on)",
@@ -107,10 +114,12 @@ class DeltaTarget:   # implements targets.base.Target
             write_deltalake(dt, arrow_schema(table).empty_table(), mode="overwrite", schema_mode="overwrite")
 
     def drop_all(self) -> list[str]:
-        root = Path(self.root)
-        names = sorted(p.name for p in root.iterdir() if DeltaTable.is_deltatable(str(p))) if root.is_dir() else []
+        names = self.table_names()
         for n in names:
-            shutil.rmtree(root / n, ignore_errors=True)
+            if self.local:
+                shutil.rmtree(Path(self.root) / n, ignore_errors=True)
+            else:
+                pafs.PyFileSystem(DeltaStorageHandler(self.root, self.options)).delete_dir(n)
         return names
 
     def uri(self, table: TableSchema | str) -> str:
@@ -124,8 +133,8 @@ class DeltaTarget:   # implements targets.base.Target
         return dt.version() if dt is not None else None
 
     def table_names(self) -> list[str]:
-        root = Path(self.root)
-        return sorted(p.name for p in root.iterdir() if DeltaTable.is_deltatable(str(p))) if root.is_dir() else []
+        return [n for n in store_files(self.root, "", self.options, dirs=True)
+                if DeltaTable.is_deltatable(f"{self.root}/{n}", storage_options=self.options)]
 
     def maintain(self, table: TableSchema | str, retention_hours: int = 168, dry_run: bool = False,
                  z_order: bool = False, **kw) -> MaintainReport:
@@ -134,7 +143,7 @@ class DeltaTarget:   # implements targets.base.Target
         path = (f"{self.root}/{table}" if isinstance(table, str) and table in self.table_names()
                 else self.table_path(table))
         return maintain_table(path, self.config.source, retention_hours=retention_hours,
-                              dry_run=dry_run, z_order=z_order, **kw)
+                              dry_run=dry_run, z_order=z_order, storage_options=self.options, **kw)
 
     def count(self, table: TableSchema | str) -> int:
         return self._open(table).to_pyarrow_dataset().count_rows()
@@ -237,12 +246,12 @@ class DeltaTarget:   # implements targets.base.Target
                            .execute)
             version = dt.version()
             metrics = guard.run(execute)   # a refused value raised as itself, not as delta-rs's wrapping of it
-        if staged and moved and DeltaTable(self.table_path(table)).version() == version:
+        if staged and moved and self._open(table).version() == version:
             # every row was stale: delta-rs made no commit, so the position moves alone
             write_deltalake(dt, target_schema.empty_table(), mode="append",
                             commit_properties=self._commit(source, new_pos))
         if evolve is not None:
-            self._evolve(DeltaTable(self.table_path(table)), evolve, source, new_pos)
+            self._evolve(self._open(table), evolve, source, new_pos)
             moved = True
         ins, upd, dele = (int(metrics.get(k, 0)) for k in
                           ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted"))
@@ -278,4 +287,5 @@ class DeltaTarget:   # implements targets.base.Target
                          truncated_ts: int | None = None) -> int:
         """The table's changelog table (``changelog: true``): delta_changelog.py."""
         from .delta_changelog import append
-        return append(self.root, table, events, source, new_pos, f"Delta target {self.config.name}", truncated_ts)
+        return append(self.root, table, events, source, new_pos, f"Delta target {self.config.name}", truncated_ts,
+                      self.options)

@@ -34,9 +34,9 @@ from .lake_values import DELTA_RANGES
 log = logging.getLogger(__name__)
 
 
-def _open(path: str) -> DeltaTable | None:
+def _open(path: str, options: dict | None) -> DeltaTable | None:
     try:
-        return DeltaTable(path)
+        return DeltaTable(path, storage_options=options)
     except TableNotFoundError:
         return None
 
@@ -80,12 +80,12 @@ def _rewrite(dt: DeltaTable, schema: pa.Schema, source: str, pos: str) -> None:
 
 
 def append(root: str, table: TableSchema, events: Iterable[pa.Table | pa.RecordBatch], source: str,
-           new_pos: Position, target: str, truncated_ts: int | None = None) -> int:
+           new_pos: Position, target: str, truncated_ts: int | None = None, options: dict | None = None) -> int:
     """Append the events the changelog lacks (below ``new_pos``; with ``truncated_ts``, the
     TRUNCATE at it: changelog.py) and move its position to ``new_pos`` in the same commit;
     rows appended (0: nothing to append, no commit)."""
     path = f"{root}/{changelog_name(table)}"
-    dt, hi = _open(path), new_pos.encode()
+    dt, hi = _open(path, options), new_pos.encode()
     applied = position(dt, source) if dt is not None else ""
     if applied and hi <= applied:   # a replay: in already
         return 0
@@ -97,13 +97,14 @@ def append(root: str, table: TableSchema, events: Iterable[pa.Table | pa.RecordB
                                            arrow_relation, table.qualified, target)
     schema = changelog_schema(struct)
     if dt is None:
-        DeltaTable.create(path, schema=schema, partition_by=[PARTITION], mode="ignore", name=changelog_name(table))
-        dt = DeltaTable(path)
+        DeltaTable.create(path, schema=schema, partition_by=[PARTITION], mode="ignore", name=changelog_name(table),
+                          storage_options=options)
+        dt = _open(path, options)
         log.info("created Delta changelog table %s", path)
     elif widened:
         log.info("Delta changelog table %s: widening %s", path, ", ".join(widened))
         _rewrite(dt, schema, source, applied)
-        dt = DeltaTable(path)
+        dt = _open(path, options)
     count = [0]
 
     def batches():   # a value Delta's readers cannot hold: null and named in the row's error

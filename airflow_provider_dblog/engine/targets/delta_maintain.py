@@ -39,7 +39,9 @@ from typing import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable
+from deltalake.fs import DeltaStorageHandler
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from .base import OP_COLUMN, POS_COLUMN, MaintainReport
@@ -185,9 +187,21 @@ def _files(dt: DeltaTable) -> tuple[int, int]:
     return len(sizes), int(pc.sum(sizes).as_py() or 0)
 
 
-def _log_versions(uri: str) -> int:
-    d = os.path.join(uri.removeprefix("file://"), "_delta_log")
-    return sum(n.endswith(".json") for n in os.listdir(d)) if os.path.isdir(d) else 0
+def _log_versions(uri: str, options: dict | None) -> int:
+    listing = store_files(uri, "_delta_log", options)
+    return sum(n.endswith(".json") for n in listing)
+
+
+def store_files(root: str, under: str, options: dict | None, dirs: bool = False) -> list[str]:
+    """The names of the files (or directories) right under ``root/under``, on a local path
+    or an object store (delta-rs's own object store, with the target's storage options)."""
+    if "://" not in root or root.startswith("file://"):
+        d = os.path.join(root.removeprefix("file://"), under)
+        return sorted(n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n)) == dirs) if os.path.isdir(d) else []
+    kind = pafs.FileType.Directory if dirs else pafs.FileType.File
+    fs = pafs.PyFileSystem(DeltaStorageHandler(root, options))
+    infos = fs.get_file_info(pafs.FileSelector(under, allow_not_found=True))
+    return sorted(i.base_name for i in infos if i.type == kind)
 
 
 def _props(dt: DeltaTable, source: str | None, what: str) -> CommitProperties:
@@ -197,7 +211,8 @@ def _props(dt: DeltaTable, source: str | None, what: str) -> CommitProperties:
 
 
 def maintain(uri: str, source: str | None = None, retention_hours: int = 168, dry_run: bool = False, z_order: bool = False,
-             target_size: int | None = None, enforce_retention: bool = True, attempts: int = 5) -> MaintainReport:
+             target_size: int | None = None, enforce_retention: bool = True, attempts: int = 5,
+             storage_options: dict | None = None) -> MaintainReport:
     """Compact the table at ``uri`` (z-ordered by its key if asked) and vacuum files
     unreferenced for ``retention_hours``; its commits carry ``source``'s applied position. Readers of any version younger than the retention
     are unaffected; an apply running at the same time is not lost (module docstring)."""
@@ -205,9 +220,9 @@ def maintain(uri: str, source: str | None = None, retention_hours: int = 168, dr
         raise ValueError(f"retention_hours must be a whole number of hours >= 0, not {retention_hours!r}")
     retention_hours = int(retention_hours)
     t0 = time.monotonic()
-    dt = DeltaTable(uri)
+    dt = DeltaTable(uri, storage_options=storage_options)
     files0, bytes0 = _files(dt)
-    version0, logs0 = dt.version(), _log_versions(uri)
+    version0, logs0 = dt.version(), _log_versions(uri, storage_options)
     key = key_columns(dt) if z_order else None
     if z_order and not key:
         raise ValueError(f"{uri}: no key columns to z-order by")
@@ -221,7 +236,7 @@ def maintain(uri: str, source: str | None = None, retention_hours: int = 168, dr
     compacted = 0
     if not dry_run:
         for attempt in range(attempts):
-            dt = DeltaTable(uri)
+            dt = DeltaTable(uri, storage_options=storage_options)
             props = _props(dt, source, "z_order" if key else "compact")
             try:
                 if dt.metadata().configuration.get("delta.targetFileSize") != str(size):
@@ -234,18 +249,18 @@ def maintain(uri: str, source: str | None = None, retention_hours: int = 168, dr
                 if attempt == attempts - 1:
                     raise
                 log.info("compaction of %s lost a race with a commit; again", uri)
-    dt = DeltaTable(uri)
+    dt = DeltaTable(uri, storage_options=storage_options)
     props = _props(dt, source, "vacuum")
     vacuumed = dt.vacuum(retention_hours=retention_hours, dry_run=dry_run,
                          enforce_retention_duration=enforce_retention, commit_properties=props)
     if not dry_run:
         dt.cleanup_metadata()   # log entries past delta.logRetentionDuration (30 days by default)
-    dt = DeltaTable(uri)
+    dt = DeltaTable(uri, storage_options=storage_options)
     files1, bytes1 = _files(dt)
     rep = MaintainReport(table=os.path.basename(uri.rstrip("/")), files_before=files0, files_after=files1,
                          bytes_before=bytes0, bytes_after=bytes1, version_before=version0,
                          version_after=dt.version(), files_compacted=compacted, files_vacuumed=len(vacuumed),
-                         versions_removed=max(0, logs0 - _log_versions(uri)), z_order=key,
+                         versions_removed=max(0, logs0 - _log_versions(uri, storage_options)), z_order=key,
                          dry_run=dry_run, seconds=round(time.monotonic() - t0, 3))
     log.info("maintained Delta table %s: %s", uri, rep)
     return rep

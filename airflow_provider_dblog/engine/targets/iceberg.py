@@ -85,8 +85,9 @@ class IcebergTarget:   # implements targets.base.Target
             ep = self.config.endpoint
             uri = URL.create("postgresql+psycopg2", username=ep.user, password=ep.password or None,
                              host=ep.host, port=ep.port, database=ep.database)
+            # an object-store warehouse (s3://...): its FileIO properties (s3.endpoint, ...)
             self._catalog = SqlCatalog("dblog", uri=uri.render_as_string(hide_password=False),
-                                       warehouse=_warehouse(self.config.path))
+                                       warehouse=_warehouse(self.config.path), **dict(self.config.storage_options))
             self._catalog.create_namespace_if_not_exists(self.namespace)
         return self._catalog
 
