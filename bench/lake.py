@@ -12,7 +12,8 @@ target's ``merge_batch``, so what is measured is the target. Per kind:
   (``write_deltalake(mode="append")``), same run: inserts only (a dump's snapshot rows);
   half updates of keys among the newest ``--hot`` (the log of an OLTP table); half updates
   of keys anywhere in the table (copy-on-write's worst case: every file rewritten each
-  batch). Goal >= 0.5.
+  batch). Goal >= 0.5. For the updates, also the library's own upsert of the same batches
+  (delta-rs's bare MERGE, PyIceberg's ``Table.upsert``): ``vs_upsert`` > 1 is faster.
 * ``size``: a batch of ``--batch`` rows (60% updates and 10% deletes of keys among the
   newest ``--hot`` keys, 30% new keys) merged into a ``--small-rows`` table and into a
   ``--big-rows`` table (built by big appends), the median of ``--repeat`` merges each,
@@ -105,6 +106,18 @@ class DeltaKind:
                             rows(np.arange(start, min(total, start + step)), pos, INSERT, start), mode="append")
         target.advance_applied(SOURCE, SCHEMA, Position(1, 1, 0))
 
+    def library_upsert(self, sub: str, batches: list[pa.Table]) -> float:
+        """delta-rs's own upsert of the same batches (a bare MERGE: update all / insert all,
+        no position guard, no deletes): what a user would write without this target."""
+        from deltalake import DeltaTable, write_deltalake
+        path = str(self.root / sub)
+        write_deltalake(path, batches[0].slice(0, 0), mode="append")
+        t0 = time.monotonic()
+        for b in batches:
+            (DeltaTable(path).merge(b, predicate="t.id = s.id", source_alias="s", target_alias="t")
+             .when_matched_update_all().when_not_matched_insert_all().execute())
+        return time.monotonic() - t0
+
     def files(self, target) -> int:
         from deltalake import DeltaTable
         return len(DeltaTable(target.table_path(SCHEMA)).file_uris())
@@ -162,6 +175,16 @@ class IcebergKind:
             data = rows(np.arange(start, min(total, start + step)), pos, INSERT, start)
             t.append(data.cast(target._file_schema(t)))   # the key and position: required columns
         target.advance_applied(SOURCE, SCHEMA, Position(1, 1, 0))
+
+    def library_upsert(self, sub: str, batches: list[pa.Table]) -> float:
+        """PyIceberg's own ``Table.upsert`` of the same batches (no position guard, no
+        deletes): what a user would write without this target."""
+        catalog = self.make("plain").catalog
+        table = catalog.create_table(("plain", sub.replace("-", "_")), schema=batches[0].schema)
+        t0 = time.monotonic()
+        for b in batches:
+            table.upsert(b, join_cols=["id"])
+        return time.monotonic() - t0
 
     def files(self, target) -> int:
         t = target._load(SCHEMA)
@@ -228,6 +251,9 @@ def phase_apply(kind, a) -> dict:
         out[mode] = {"rows": n, "batches": a.apply_batches, "merge_s": round(merge_s, 3),
                      "append_s": round(append_s, 3), "merge_rows_s": round(n / merge_s),
                      "append_rows_s": round(n / append_s), "ratio": round(append_s / merge_s, 3)}
+        if mode != "insert":   # the library's own upsert of the same batches: > 1 means ours is faster
+            upsert_s = kind.library_upsert(f"upsert-{mode}", batches)
+            out[mode] |= {"upsert_s": round(upsert_s, 3), "vs_upsert": round(upsert_s / merge_s, 3)}
         log.info("apply %s: %s", mode, out[mode])
     return out
 
