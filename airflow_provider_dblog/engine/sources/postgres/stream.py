@@ -89,6 +89,12 @@ class LogStream:
                 # a row change costs a few microseconds, and they would be a fifth of it)
                 if tick <= 0:
                     if should_stop():
+                        # psycopg2 confirms a keepalive's wal_end for the slot by itself once
+                        # everything received is confirmed (pqpath.c): a clean stop ends at
+                        # that boundary too, so the next start never finds the slot past it
+                        wal_end = int(cur.wal_end or 0)
+                        if not txns.in_txn and wal_end > last_end:
+                            yield TxnEnd(Position(0, wal_end, 0), {"lsn": int_to_lsn(wal_end)})
                         break
                     tick = CHECK_EVERY
                     now = time.monotonic()
