@@ -27,7 +27,7 @@ from .apply_plan import LOCAL, Batch, latest_per_key, plan_table
 from .errors import TargetValueError
 from .events import DELETE, event_arrow_schema
 from .schema import TableSchema
-from .targets.base import OP_COLUMN, POS_COLUMN, append_changelog
+from .targets.base import OP_COLUMN, POS_COLUMN, MergeResult, append_changelog
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,12 @@ def stage_and_merge(target, batch: Batch, flat: pa.Table | Iterable[pa.Table], s
                             batch.evolve)
         if rows is not None:
             logged["changelog_rows"] = rows
-        res = target.merge_batch(batch.write_schema or batch.schema, flat, source_name, batch.frontier, run_id,
-                                 evolve=batch.evolve)
+        if batch.evolve is not None and batch.evolve[0].truncate:   # emptied at its end: no row of it stays
+            target.advance_applied(source_name, batch.schema, batch.frontier, evolve=batch.evolve)
+            res = MergeResult(checkpoint_moved=True)
+        else:
+            res = target.merge_batch(batch.write_schema or batch.schema, flat, source_name, batch.frontier, run_id,
+                                     evolve=batch.evolve)
     except TargetValueError as e:
         return held(batch.out, e)
     secs = time.monotonic() - started

@@ -7,14 +7,9 @@ checkpoint of a recreated table, moving the checkpoint over an empty range, stop
 before a value no target can take: :func:`held_at`). Both paths then execute it the
 same way (engine/apply_batch.py: latest event per key, stage, merge), locally or on Spark.
 
-Riding out the target or Redis going away (:func:`apply_tables`, both paths): a table's
-step is run again with backoff for up to ``apply.retry_for_s`` (engine/retry.py), then
-TargetUnavailableError.
-
-Which path a run takes (:func:`choose_path`): the events still to apply of all the
-requested tables are counted (the ``pos`` column of the range's files only); up to
-``apply.local_max_events`` they are applied in-process, in about a second instead of a
-Spark start-up; above it (or with ``local_max_events: 0``) on Spark.
+The target or Redis away (:func:`apply_tables`, both paths): a table's step is run again
+with backoff for up to ``apply.retry_for_s`` (engine/retry.py). The path
+(:func:`choose_path`): up to ``apply.local_max_events`` events in-process, else Spark.
 
 No Spark and no Airflow here.
 """
@@ -41,6 +36,7 @@ from .quarantine import fix_for, quarantine_table, settle
 from .schema_evolution import Evolution, version_evolution
 from .schema_history import version_at
 from .sweep import sweep_table
+from .targets import name_clashes
 from .targets.base import append_changelog
 
 log = logging.getLogger(__name__)
@@ -224,7 +220,8 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     b.out["files"] = len(b.files)
     if b.files:
         more = b.files if ahead <= frontier else store.files_for_range(table, applied, ahead)
-        at, why = held_at(store, more, b.lo, b.hi, ahead.encode())
+        # nothing before a TRUNCATE the batch ends at outlives it: no value of it can hold the table
+        at, why = (None, None) if b.evolve and b.evolve[0].truncate else held_at(store, more, b.lo, b.hi, ahead.encode())
         if at is not None:   # stop before the first event no target can take (held_at)
             b.held = b.out["held"] = {"at": at.encode(), "error": why}
             b.evolve = None
@@ -352,9 +349,13 @@ def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store,
     it (a commit whose answer was lost is not applied twice)."""
     retry = target_retrier(target, tcfg, state, retry_for_s)
     results: dict[str, dict] = {}
+    clashes = name_clashes(scfg.tables, tcfg.changelog)   # held, named (targets/__init__.py)
     for t in names:
-        before = retry.retries
-        what = f"apply of {t} to {target_label(tcfg)}"
+        if t in clashes:
+            results[t] = clashes[t]
+            log.error("apply of %s to %s held: %s", t, tcfg.name, clashes[t]["held"]["error"])
+            continue
+        before, what = retry.retries, f"apply of {t} to {target_label(tcfg)}"
         res = last = retry.run(lambda: applier.apply_table(schemas[t]), what)
         while last.get("evolved") and last["status"] in ("applied", "empty"):
             # the batch ended at a change of the table's shape, which the target took: go on from it

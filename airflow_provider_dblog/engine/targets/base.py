@@ -25,6 +25,7 @@ Nothing here imports Airflow.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Protocol
 
@@ -32,6 +33,17 @@ import pyarrow as pa
 
 from ..positions import Position
 from ..schema import TableSchema
+
+# an object store that cannot be reached (delta-rs's and pyarrow's OSError texts), as opposed
+# to one that refuses (a bad credential, a missing bucket): the first is waited out
+_UNREACHABLE = re.compile(r"connect|error sending request|timed out|timeout|broken pipe|reset by peer|"
+                          r"unreachable|dns|NETWORK_CONNECTION|temporar", re.I)
+
+
+def store_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` says a lake target's object store is away (retried by the apply)."""
+    return isinstance(error, OSError) and bool(_UNREACHABLE.search(str(error)))
+
 
 POS_COLUMN = "_dblog_pos"   # the position of the event that wrote the row
 OP_COLUMN = "_dblog_op"     # a batch row's operation (c / u / d / r)

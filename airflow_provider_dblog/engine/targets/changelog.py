@@ -42,11 +42,12 @@ from ..errors import TargetValueError
 from ..events import event_arrow_schema
 from ..logical_types import arrow_type
 from ..schema import TableSchema
+from . import CHANGELOG_SUFFIX
 from .base import POS_COLUMN
 from .lake_values import mark_out_of_range
 from .pg_tables import target_table_name
 
-SUFFIX = "__changelog"
+SUFFIX = CHANGELOG_SUFFIX
 TRUNCATE = "truncate"   # the op of a TRUNCATE's row (the events' ops: engine/events.py)
 POSITION_KEY = "dblog.changelog."   # + source: where each kind keeps the changelog's position
 PARTITION = "commit_date"

@@ -40,7 +40,7 @@ from ..errors import TargetShapeError
 from ..events import DELETE as _DELETE
 from ..positions import Position
 from ..schema import TableSchema
-from .base import OP_COLUMN, POS_COLUMN, MergeResult
+from .base import OP_COLUMN, POS_COLUMN, MergeResult, store_unreachable
 from .delta_evolve import evolved
 from .delta_maintain import (APPLIED, KeySpan, MaintainReport, applied_in, maintain as maintain_table,
                              quote_name as _q, spooled, store_files, table_configuration)
@@ -60,8 +60,9 @@ class DeltaTarget:   # implements targets.base.Target
 
     @staticmethod
     def is_transient(error: BaseException) -> bool:
-        """A concurrent commit won the race: the step is run again from the table's new version."""
-        return isinstance(error, CommitFailedError)
+        """A concurrent commit won the race, or the object store is away: the step is run
+        again (from the table's new version)."""
+        return isinstance(error, CommitFailedError) or store_unreachable(error)
 
     def close(self) -> None:
         pass

@@ -43,7 +43,7 @@ from ..errors import TargetShapeError
 from ..events import DELETE as _DELETE
 from ..positions import Position
 from ..schema import TableSchema
-from .base import OP_COLUMN, POS_COLUMN, MergeResult
+from .base import OP_COLUMN, POS_COLUMN, MergeResult, store_unreachable
 from .delta_evolve import evolved
 from .iceberg_evolve import reshape
 from .iceberg_rows import affected_files, matched
@@ -93,8 +93,9 @@ class IcebergTarget:   # implements targets.base.Target
 
     @staticmethod
     def is_transient(error: BaseException) -> bool:
-        """A concurrent commit won the race, or the catalog's server is away: run again."""
-        return isinstance(error, (CommitFailedException, OperationalError))
+        """A concurrent commit won the race, or the catalog's server or the warehouse's
+        object store is away: run again."""
+        return isinstance(error, (CommitFailedException, OperationalError)) or store_unreachable(error)
 
     def close(self) -> None:
         if self._catalog is not None:

@@ -95,6 +95,8 @@ def replay_alter(connect: Callable[[], pymysql.connections.Connection], namespac
             cur.execute("SET SESSION foreign_key_checks = 0")
             if sql_mode is not None:   # the statement's own (its binlog event's)
                 cur.execute("SET SESSION sql_mode = %s", (int(sql_mode),))
+            # dblog's database exists once a dump opened a window: before, it is made here
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {quote_ident(namespace)}")
             cur.execute(_CREATE.sub(f"CREATE TABLE {quote_table(scratch)}", create, count=1))
             try:
                 cur.execute(alter)
