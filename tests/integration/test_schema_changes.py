@@ -450,9 +450,11 @@ def test_a_table_added_to_the_config_is_captured_from_the_checkpoint_and_its_dum
 
 def test_a_catalog_past_the_log_quarantines_that_table_and_the_tail_goes_on(src_db, make_cdc):
     """Two ALTERs while the tail was stopped: when it reads the rows between them the
-    catalog already has both, and no shape it can read them with is known. Only that
-    table stops (quarantined at the first such row); the tail reads on, the other table
-    flows, and a dump of the table releases it."""
+    catalog already has both. On PostgreSQL no shape it can read them with is known: only
+    that table stops (quarantined at the first such row); the tail reads on, the other
+    table flows, and a dump of the table releases it. On MariaDB the shape between is
+    computed on a scratch copy (sources/mysql/shape_replay.py), even before any dump made
+    dblog's database: the table flows."""
     cdc = _setup(src_db, make_cdc)
     cdc.start_tail()
     _run(src_db, "INSERT INTO t (id, v) VALUES (1, 1)")
@@ -468,9 +470,13 @@ def test_a_catalog_past_the_log_quarantines_that_table_and_the_tail_goes_on(src_
     cdc.drain()
     assert cdc.tail_error is None
     res = run_apply(cdc.cfg, "tgt", via="local")["tables"]
-    assert res[f"{cdc.db}.t"]["status"] == "quarantined" and "past" in res[f"{cdc.db}.t"]["quarantined"]["why"]
     assert res[f"{cdc.db}.u"]["status"] == "applied"
     _equal(cdc, "u")
+    if src_db.kind == "mysql":
+        assert res[f"{cdc.db}.t"]["status"] == "applied", res
+        _equal(cdc, "t")
+        return
+    assert res[f"{cdc.db}.t"]["status"] == "quarantined" and "past" in res[f"{cdc.db}.t"]["quarantined"]["why"]
     rid = cdc.request(DumpSpec("table", [f"{cdc.db}.t"]))
     assert cdc.dump_spark(rid)["status"] == "done"
     cdc.drain()
