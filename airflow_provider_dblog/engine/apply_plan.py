@@ -220,8 +220,8 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     b.out["files"] = len(b.files)
     if b.files:
         more = b.files if ahead <= frontier else store.files_for_range(table, applied, ahead)
-        # nothing before a TRUNCATE the batch ends at outlives it: no value of it can hold the table
-        at, why = (None, None) if b.evolve and b.evolve[0].truncate else held_at(store, more, b.lo, b.hi, ahead.encode())
+        at, why = ((None, None) if b.evolve and b.evolve[0].truncate   # nothing before a TRUNCATE outlives it
+                   else held_at(store, more, b.lo, b.hi, ahead.encode()))
         if at is not None:   # stop before the first event no target can take (held_at)
             b.held = b.out["held"] = {"at": at.encode(), "error": why}
             b.evolve = None
@@ -349,11 +349,10 @@ def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store,
     it (a commit whose answer was lost is not applied twice)."""
     retry = target_retrier(target, tcfg, state, retry_for_s)
     results: dict[str, dict] = {}
-    clashes = name_clashes(scfg.tables, tcfg.changelog)   # held, named (targets/__init__.py)
+    clashes = name_clashes(scfg.tables, tcfg.changelog, tcfg.name)
     for t in names:
-        if t in clashes:
+        if t in clashes:   # held, named (targets/__init__.py)
             results[t] = clashes[t]
-            log.error("apply of %s to %s held: %s", t, tcfg.name, clashes[t]["held"]["error"])
             continue
         before, what = retry.retries, f"apply of {t} to {target_label(tcfg)}"
         res = last = retry.run(lambda: applier.apply_table(schemas[t]), what)

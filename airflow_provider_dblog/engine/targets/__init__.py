@@ -2,6 +2,8 @@
 the implementation from the config's kind; nothing outside this package imports one."""
 from __future__ import annotations
 
+import logging
+
 from ..config import TargetConfig
 from .base import OP_COLUMN, POS_COLUMN, MergeResult, Target
 from .pg_tables import stage_table_name, target_table_name
@@ -10,10 +12,11 @@ from .postgres import PostgresTarget
 __all__ = ["MergeResult", "OP_COLUMN", "POS_COLUMN", "PostgresTarget", "Target", "name_clashes", "open_target",
            "stage_table_name", "target_table_name"]
 
+log = logging.getLogger(__name__)
 CHANGELOG_SUFFIX = "__changelog"   # a changelog table's name: its table's + this (changelog.py)
 
 
-def name_clashes(tables, changelog: bool) -> dict[str, dict]:
+def name_clashes(tables, changelog: bool, target: str = "") -> dict[str, dict]:
     """{table: its held apply result} of the source tables a target cannot keep apart: two
     whose target names are one (``a.b__c`` and ``a__b.c``), and, on a target that keeps
     changelog tables, one whose name is another's changelog table (that name is the
@@ -31,6 +34,8 @@ def name_clashes(tables, changelog: bool) -> dict[str, dict]:
         if changelog and owner:
             why |= {t: f"{t}: its target table {name} is the changelog table of {owner[0]} on this target; "
                        f"capture it into a target without changelog tables, or rename it" for t in same}
+    for t, w in why.items():
+        log.error("apply of %s to %s held: %s", t, target, w)
     zero = dict.fromkeys(("files", "events", "rows", "inserted", "updated", "deleted", "stale"), 0)
     return {t: zero | {"status": "held", "held": {"at": "", "error": w}} for t, w in why.items()}
 
