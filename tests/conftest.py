@@ -45,7 +45,20 @@ from hypothesis import settings as hypothesis_settings  # noqa: E402
 hypothesis_settings.register_profile("dblog", deadline=None)
 hypothesis_settings.load_profile("dblog")
 
-from helpers import MARIADB_PORT, POSTGRES_PORT, REDIS_PORT, mysql_connect, pg_connect, unique, drop_pg_database
+from helpers import (MARIADB_PORT, POSTGRES_PORT, REDIS_PORT, drop_pg_database, mysql_connect, pg_connect,  # noqa: E402
+                     spark_submit_opts, unique)
+
+# the driver JVM of every spark-submit the tests start (the jobs, pyspark in-process, the
+# running Airflow's tasks): quicker to start (tests/helpers.py, spark_submit_opts); the
+# class-data archive is used when already made, else made by the ``servers`` fixture
+_SPARK_SUBMIT_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", "")
+
+
+def _set_spark_submit_opts(build_cds: bool) -> None:
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{spark_submit_opts(build_cds)} {_SPARK_SUBMIT_OPTS}".strip()
+
+
+_set_spark_submit_opts(build_cds=False)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -68,6 +81,7 @@ def servers():
     if os.environ.get("DBLOG_TEST_EXTERNAL_SERVERS") != "1":
         from airflow_provider_dblog.devenv import servers as devenv
         devenv.start()
+    _set_spark_submit_opts(build_cds=True)  # once per JDK and Spark install (about a minute), then cached
     return {"mariadb_port": MARIADB_PORT, "postgres_port": POSTGRES_PORT, "redis_port": REDIS_PORT}
 
 

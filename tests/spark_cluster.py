@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from airflow_provider_dblog.devenv.spark_cluster import StandaloneCluster
+from helpers import spark_submit_opts
 
 
 class TestCluster(StandaloneCluster):
@@ -18,7 +19,9 @@ class TestCluster(StandaloneCluster):
         event log (one plain JSON-lines file) under ``events_dir``."""
         return {"master": self.url, "executor_memory": "512m", "executor_cores": 1,
                 "conf": {"spark.eventLog.enabled": "true", "spark.eventLog.dir": f"file://{events_dir}",
-                         "spark.eventLog.rolling.enabled": "false", "spark.eventLog.compress": "false"}}
+                         "spark.eventLog.rolling.enabled": "false", "spark.eventLog.compress": "false",
+                         # the executors' JVMs start quicker too (the driver's: tests/conftest.py)
+                         "spark.executor.extraJavaOptions": spark_submit_opts(build_cds=False)}}
 
     @staticmethod
     def tasks_by_executor(events_dir: Path, app_id: str) -> dict[str, int]:

@@ -284,16 +284,101 @@ def deployed(tmp_path_factory, apply_schedule, name: str = "running-airflow", ex
                 r.delete(*keys)
 
 
-@pytest.fixture(scope="module")
-def running_airflow(servers, tmp_path_factory):
-    """One Airflow per test module that asks for it (module scope: it is stopped before the rest
-    of the suite runs, whose timings it would disturb): api-server, scheduler, dag-processor,
-    triggerer. Its dags folder holds the factory's DAGs for a MariaDB set-up with
-    ``RUNNING_TABLES`` (tail runs of ``TAIL_RUN_SECONDS``, apply only when triggered), a chunk
-    DAG with the deferrable HW sensor and a DAG scheduled on the ``items`` Asset. Every DAG
-    starts paused."""
-    with deployed(tmp_path_factory, apply_schedule=None) as d:
-        yield d
+class SharedAirflow:
+    """The one ``running_airflow`` of the session, started when a test first asks for it and
+    stopped as soon as the next test does not (``pytest_runtest_teardown`` below): the modules
+    that use it run one after the other (``pytest_collection_modifyitems``), so it runs only
+    while they do, and the rest of the suite's timings are not disturbed by it."""
+
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory = tmp_path_factory
+        self._cm = None
+        self.deployment: Deployment | None = None
+        self.module = None
+        self.error: BaseException | None = None  # a start that failed: not tried again by every test
+
+    def get(self, module) -> Deployment:
+        if self.error is not None:
+            pytest.fail(f"the shared running Airflow did not start: {self.error!r}", pytrace=False)
+        if self.deployment is None:
+            cm = deployed(self.tmp_path_factory, apply_schedule=None)
+            try:
+                self.deployment = cm.__enter__()  # (a failed start has cleaned up after itself)
+            except BaseException as e:
+                self.error = e
+                raise
+            self._cm, self.module = cm, module
+        elif module is not self.module:
+            self.module = module
+            self.hand_over()
+        return self.deployment
+
+    def hand_over(self) -> None:
+        """Between two modules: the Airflow is healthy, and nothing the last module triggered
+        still runs (a run a failed test left going must not act in the next module's tests);
+        the tail DAG (each module unpauses it when it needs it) goes on."""
+        from helpers import wait_until
+        d = self.deployment
+        assert d.airflow._healthy(), d.airflow.logs()
+        dags = [x["dag_id"] for x in d.api.get("/dags", limit=100)["dags"] if x["dag_id"] != "dblog_tail__src"]
+
+        def settled():
+            return all(not d.api.runs(dag_id, state=["queued", "running"]) for dag_id in dags)
+        wait_until(settled, 300, "the previous module's DAG runs ended", poll=0.5)
+
+    def stop(self) -> None:
+        cm, self._cm, self.deployment, self.module, self.error = self._cm, None, None, None, None
+        if cm is not None:
+            cm.__exit__(None, None, None)
+
+
+_SHARED: list[SharedAirflow] = []  # the session's, for the hooks below
+
+
+@pytest.fixture(scope="session")
+def _shared_airflow(servers, tmp_path_factory):
+    shared = SharedAirflow(tmp_path_factory)
+    _SHARED.append(shared)
+    try:
+        yield shared
+    finally:
+        _SHARED.remove(shared)
+        shared.stop()
+
+
+@pytest.fixture
+def running_airflow(_shared_airflow, request):
+    """One running Airflow for every test that asks for it, in any module (test_running_airflow.py,
+    test_browser_forms.py): api-server, scheduler, dag-processor, triggerer; started for the
+    first such test and stopped after the last of a run of them (``SharedAirflow``), so it never
+    runs beside the rest of the suite, whose timings it would disturb. Its dags folder holds the
+    factory's DAGs for a MariaDB set-up with ``RUNNING_TABLES`` (tail runs of
+    ``TAIL_RUN_SECONDS``, apply only when triggered), a chunk DAG with the deferrable HW sensor
+    and a DAG scheduled on the ``items`` Asset. Every DAG starts paused. The tests share the
+    set-up, each on rows of its own; between two modules, every run the first triggered has
+    ended before the second's tests start."""
+    return _shared_airflow.get(request.module)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The tests that use ``running_airflow`` run one after another, from where the first of
+    them was (each module's own order kept), so the one Airflow serves them all in one go."""
+    users = [i for i in items if "running_airflow" in getattr(i, "fixturenames", ())]
+    if not users:
+        return
+    first = items.index(users[0])
+    rest = [i for i in items if "running_airflow" not in getattr(i, "fixturenames", ())]
+    items[:] = rest[:first] + users + rest[first:]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of a run of ``running_airflow`` users (its own fixtures torn down),
+    stop the shared Airflow: the tests after it run without it."""
+    yield
+    if _SHARED and "running_airflow" in getattr(item, "fixturenames", ()) and (
+            nextitem is None or "running_airflow" not in getattr(nextitem, "fixturenames", ())):
+        _SHARED[-1].stop()
 
 
 @pytest.fixture(scope="module")

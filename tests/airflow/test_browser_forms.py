@@ -2,6 +2,8 @@
 Chromium (tests/airflow/browser.py) on a running Airflow's UI (the ``running_airflow`` fixture),
 a user who logs in, opens a DAG's Trigger form, fills it with the mouse and keyboard and
 presses Trigger. The runs it creates are checked through the REST API and the target database.
+The Airflow and its dblog set-up are shared with test_running_airflow.py: the rows written here
+are ids 201-260 of ``items``, and each test looks only at the runs it created.
 
 Screenshots of each step: ``.artifacts/browser/`` (or ``$DBLOG_TEST_ARTIFACTS``); a failed test
 also leaves its page's screenshot and HTML there.

@@ -5,7 +5,9 @@ v2 as a user's script or the UI would: forms submitted with their defaults, runs
 states, task logs, XComs, Asset events, and a sensor deferred in the real triggerer.
 
 The tests share one Airflow and one dblog set-up (tables ``items`` and ``chunked``, the
-continuous tail DAG running through them); each works on rows of its own.
+continuous tail DAG running through them) with test_browser_forms.py, which run just before
+them (tests/airflow/conftest.py, ``running_airflow``); each works on rows of its own (here ids
+1-100 and from 9001 of ``items``, and ``chunked``; the browser's ids 201-260 of ``items``).
 """
 from __future__ import annotations
 

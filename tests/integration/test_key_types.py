@@ -8,8 +8,10 @@ against byte order, BC dates and ±infinity, unsigned BIGINT past 2^63, DECIMAL(
 1. Into empty targets, a key-list dump of every key (as a user would type them, from
    the source's own text) brings every row, and no key is reported missing.
 2. Every table's target then gets a few wrong rows and a few orphans (keys the source
-   does not have); a full dump of all tables on Spark (small chunks, three partitions
-   each) and the apply with its orphan sweep make every target equal to its source.
+   does not have); a full dump of all tables on Spark (per table three chunks of 99 keys in
+   eight partitions each, and a last chunk of three keys: 27 partition bounds per table, each
+   a key the source chose sent back to it as a literal) and the apply with its orphan sweep
+   make every target equal to its source.
 
 (The key-list dump comes first so that it also fills the targets the range dump repairs:
 one Spark application per source instead of two, for the same proofs.)
@@ -62,6 +64,9 @@ PG_TABLES = {
     "k_comp": ("k text, k2 int", "CASE WHEN n % 2 = 0 THEN 'Ab' ELSE 'aC' END"),
 }
 N = 300
+# the range dump: per table three chunks of 99 keys, eight partitions each, and a last chunk of
+# three keys (fewer keys than partitions)
+CHUNK, PARTS = 99, 8
 
 
 def _setup(src_db) -> dict:
@@ -123,9 +128,12 @@ def test_every_key_type_is_dumped_completely(make_cdc, src_db):
         assert diff.equal, f"{t} after a key-list dump: {diff.describe()}"
         _damage(cdc, t)
 
-    # 2. a full dump by key ranges (many chunks, three partitions each) repairs every
-    # table, orphans included
-    rid = cdc.request(DumpSpec("all", names, chunk_size=23, parallelism=3))
+    # 2. a full dump by key ranges repairs every table, orphans included. Every chunk end and
+    # every partition bound within a chunk is a key the source chose, sent back to it as a
+    # literal in a range predicate: a few chunks of many partitions each test as many
+    # literals as many chunks of a few, with a quarter of the chunk lifecycles (each a Spark
+    # job, a window and a HW wait)
+    rid = cdc.request(DumpSpec("all", names, chunk_size=CHUNK, parallelism=PARTS))
     assert cdc.dump_spark(rid)["status"] == "done"
     cdc.drain()
     res = run_apply(cdc.cfg, "tgt", via="local")
@@ -133,6 +141,8 @@ def test_every_key_type_is_dumped_completely(make_cdc, src_db):
         diff = cdc.compare(t)
         assert diff.equal, f"{t} after a range dump: {diff.describe()}"
         assert diff.source_rows > 100, t
+        chunks = cdc.state.progress(rid, f"{cdc.db}.{t}")["chunks"]
+        assert chunks == -(-diff.source_rows // CHUNK) > 1, (t, chunks)  # the full chunks and the rest
     assert res["orphans_deleted"] > 0, res
 
 
