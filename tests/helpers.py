@@ -383,3 +383,18 @@ def spark_submit_opts(build_cds: bool = True) -> str:
             import warnings
             warnings.warn(f"no Spark CDS archive: {type(e).__name__}: {e}", stacklevel=2)
     return f"{opts} -XX:SharedArchiveFile={archive}" if archive else opts
+
+
+def lake_append_behind(target, schema, rows) -> None:
+    """Rows written into a lake target's table by someone else, bypassing the apply (cast to
+    the table's own column types)."""
+    import pyarrow as pa
+    if target.config.kind == "delta":
+        from deltalake import DeltaTable, write_deltalake
+        dt = DeltaTable(target.table_path(schema))
+        arrow = pa.schema(dt.schema().to_arrow())
+        write_deltalake(dt, rows.cast(pa.schema([arrow.field(n) for n in rows.column_names])), mode="append")
+    else:
+        t = target._load(schema)
+        arrow = t.scan().to_arrow().schema
+        t.append(rows.cast(pa.schema([arrow.field(n) for n in rows.column_names])))

@@ -24,7 +24,7 @@ from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.targets import open_target, target_table_name
 from airflow_provider_dblog.engine.targets.changelog import changelog_name
 from airflow_provider_dblog.engine.verify import compare_source_target
-from helpers import POSTGRES_PORT, lake_target, unique
+from helpers import POSTGRES_PORT, lake_append_behind, lake_target, unique
 
 POSTGRES = pytest.mark.parametrize("src_db", ["postgres"], indirect=True)
 MARIADB = pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)
@@ -355,17 +355,6 @@ def test_odd_column_names_and_a_composite_key_reach_both_lakes_and_their_changel
 
 
 # -- a key held twice by the lake table ------------------------------------------------------
-def _append_behind(target, schema, rows: pa.Table) -> None:
-    """Rows written into the lake table by someone else, bypassing the apply."""
-    from deltalake import write_deltalake
-    if target.config.kind == "delta":
-        dt = DeltaTable(target.table_path(schema))
-        arrow = pa.schema(dt.schema().to_arrow())
-        write_deltalake(dt, rows.cast(pa.schema([arrow.field(n) for n in rows.column_names])), mode="append")
-    else:
-        t = target._load(schema)
-        arrow = t.scan().to_arrow().schema
-        t.append(rows.cast(pa.schema([arrow.field(n) for n in rows.column_names])))
 
 
 def _dump(cdc, spec) -> None:
@@ -400,7 +389,7 @@ def test_a_key_held_twice_by_the_lake_is_seen_by_verify_and_repaired(src_db, mak
     target = open_target(cdc.cfg.target("lake"))
     schema = cdc.source.table_schema(f"{cdc.db}.t")
     old = Position(0, 1, 0).encode()
-    _append_behind(target, schema, pa.table({"id": [5], "v": [-5], "_dblog_pos": [old], "_dblog_op": ["insert"]}))
+    lake_append_behind(target, schema, pa.table({"id": [5], "v": [-5], "_dblog_pos": [old], "_dblog_op": ["insert"]}))
     assert target.count(schema) == 11
     assert not cdc.compare("t", "lake").equal   # verification sees the second row
     _dump(cdc, DumpSpec("keys", [f"{cdc.db}.t"], keys=[[5]]) if repair == "keys" else
@@ -777,7 +766,7 @@ def test_generated_key_list_repairs_of_case_and_pad_insensitive_keys_restore_bot
                 else:
                     from pyiceberg.expressions import And, EqualTo
                     target._load(schema).delete(And(EqualTo("k", w), EqualTo("n", n)))
-            _append_behind(target, schema, pa.table({"k": [e[0] for e in extra], "n": [e[1] for e in extra],
+            lake_append_behind(target, schema, pa.table({"k": [e[0] for e in extra], "n": [e[1] for e in extra],
                                                      "v": [0] * len(extra), "_dblog_pos": [old] * len(extra),
                                                      "_dblog_op": ["insert"] * len(extra)}))
             assert not cdc.compare("s", name).equal

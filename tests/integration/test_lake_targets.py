@@ -21,7 +21,7 @@ from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.targets import open_target
-from helpers import wait_until
+from helpers import lake_append_behind, wait_until
 
 
 @pytest.fixture(params=["delta", "iceberg"])
@@ -52,16 +52,6 @@ def _as_of(target, schema, version) -> pa.Table:
     return target.read(schema, snapshot_id=version[1])
 
 
-def _append_behind(target, schema, rows: pa.Table) -> None:
-    """Rows written into the lake table by someone else, bypassing the apply."""
-    if target.config.kind == "delta":
-        dt = DeltaTable(target.table_path(schema))
-        arrow = pa.schema(dt.schema().to_arrow())
-        write_deltalake(dt, rows.cast(pa.schema([arrow.field(n) for n in rows.column_names])), mode="append")
-    else:
-        t = target._load(schema)
-        arrow = t.scan().to_arrow().schema
-        t.append(rows.cast(pa.schema([arrow.field(n) for n in rows.column_names])))
 
 
 class Churn:
@@ -218,7 +208,7 @@ def _damage(target, schema) -> None:
         target._load(schema).delete(In("id", [5, 6, 8]))
     rows = pa.table({"id": [8, 10**6], "v": [-8, 0], "s": ["edited", "extra"], "d": [None, None],
                      "_dblog_pos": ["00000000-0000000000000001-00000000"] * 2, "_dblog_op": ["update", "insert"]})
-    _append_behind(target, schema, rows)
+    lake_append_behind(target, schema, rows)
 
 
 def test_a_resumed_dump_then_a_key_list_repair_with_deletes_keep_time_travel(src_db, make_cdc, lake):
@@ -298,7 +288,7 @@ def test_a_full_dump_sweeps_orphans_from_a_lake_table_and_nothing_else(src_db, m
         schema = cdc.source.table_schema(f"{cdc.db}.{table}")
         rows = pa.table(ghost | {"_dblog_pos": [old] * len(ghost[next(iter(ghost))]),
                                  "_dblog_op": ["insert"] * len(ghost[next(iter(ghost))])})
-        _append_behind(target, schema, rows)
+        lake_append_behind(target, schema, rows)
     assert not cdc.compare("t", "lake").equal
     _dump(cdc, DumpSpec("all", []))
     cdc.drain()
