@@ -13,7 +13,7 @@ import threading
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
 from airflow_provider_dblog.engine.apply_batch import LocalApplier
 from airflow_provider_dblog.engine.apply_plan import plan_table
