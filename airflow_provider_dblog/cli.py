@@ -194,7 +194,7 @@ def status(cfg: Config, source_name: str | None = None) -> dict:
         out["log_head_error"] = str(e)
     # the tables whose schema change their targets cannot follow: they stop before it (engine/quarantine.py)
     out["quarantined"] = quarantined(state)
-    # per target, the tables whose apply stops before a value no target can hold (apply_plan.held_at)
+    # per target, the tables whose apply stops before a value no target can hold (apply_hold.held_at)
     out["held"] = {}
     for tcfg in cfg.targets.values():
         if tcfg.source != src_cfg.name:

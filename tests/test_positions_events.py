@@ -50,6 +50,24 @@ def test_position_basics() -> None:
     assert Position(0, 255, 0).encode() < Position(0, 256, 0).encode()  # hex width, not length
 
 
+def test_just_below_steps_down_each_field_in_turn() -> None:
+    assert Position(3, 7, 5).just_below() == Position(3, 7, 4)
+    assert Position(3, 7, 0).just_below() == Position(3, 6, U32)
+    assert Position(3, 0, 0).just_below() == Position(2, U64, U32)
+    assert Position(0, 0, 1).just_below() == ZERO
+    with pytest.raises(ValueError):
+        ZERO.just_below()
+
+
+@given(st.one_of(positions, near).filter(lambda p: p != ZERO), st.one_of(positions, near))
+def test_just_below_is_the_largest_encodable_position_below(p: Position, q: Position) -> None:
+    below = p.just_below()
+    assert below < p and below.encode() < p.encode()
+    assert Position.decode(below.encode()) == below   # encodable
+    assert not below < q < p   # nothing between: every position below p is at or below it
+    assert (q < p) == (q <= below)
+
+
 @pytest.mark.parametrize("p", [Position(-1, 0, 0), Position(0, -1, 0), Position(0, 0, -1)])
 def test_encode_rejects_negatives(p: Position) -> None:
     with pytest.raises(ValueError, match="negative position"):

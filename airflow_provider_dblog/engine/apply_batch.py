@@ -23,7 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from .apply_plan import LOCAL, Batch, latest_per_key, plan_table
+from .apply_hold import latest_per_key, without
+from .apply_plan import LOCAL, Batch, plan_table
 from .errors import TargetValueError
 from .events import DELETE, event_arrow_schema
 from .schema import TableSchema
@@ -43,7 +44,8 @@ def flatten(schema: TableSchema, latest: pa.Table) -> pa.Table:
     cols[OP_COLUMN] = latest["op"]
     cols[POS_COLUMN] = latest["pos"]
     # a latest event with an error below the batch's end (held_at) is a delete whose key
-    # could not be carried: no target row has that key
+    # could not be carried (no target row has that key), or one whose row changes again past
+    # the change of shape the batch ends at (apply_hold.py)
     return pa.table(cols).filter(pc.is_null(latest["error"]))
 
 
@@ -65,6 +67,8 @@ def stage_and_merge(target, batch: Batch, flat: pa.Table | Iterable[pa.Table], s
             target.advance_applied(source_name, batch.schema, batch.frontier, evolve=batch.evolve)
             res = MergeResult(checkpoint_moved=True)
         else:
+            if batch.released is not None:   # refused values whose row changes past the batch's end (apply_hold)
+                flat = without(flat, batch.released)
             res = target.merge_batch(batch.write_schema or batch.schema, flat, source_name, batch.frontier, run_id,
                                      evolve=batch.evolve)
     except TargetValueError as e:

@@ -4,7 +4,8 @@ A table's batch is every event with ``applied <= pos < frontier``: ``applied`` i
 target's checkpoint for the table, ``frontier`` is ``RedisState.frontier()``.
 :func:`plan_table` works out the batch (creating the target table, resetting the
 checkpoint of a recreated table, moving the checkpoint over an empty range, stopping
-before a value no target can take: :func:`held_at`). Both paths then execute it the
+before a value no target can take and leaving out one a later change of its row releases:
+engine/apply_hold.py). Both paths then execute it the
 same way (engine/apply_batch.py: latest event per key, stage, merge), locally or on Spark.
 
 The target or Redis away (:func:`apply_tables`, both paths): a table's step is run again
@@ -25,10 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .apply_hold import held_at, latest_per_key, released  # noqa: F401 - (latest_per_key: imported from here)
 from .config import Config, SourceConfig, TargetConfig
 from .errors import (NoPrimaryKeyError, SourceSetupError, SourceUnavailableError, TargetUnavailableError,
                      UnknownTableError)
-from .events import DELETE
 from .positions import Position
 from .retry import Retrier, count_retry, redis_is_transient
 from .schema import TableSchema
@@ -126,6 +127,7 @@ class Batch:
     quarantined: dict | None = None   # engine/quarantine.py: the batch stops before the table's change
     write_schema: TableSchema | None = None
     evolve: tuple[Evolution, TableSchema] | None = None
+    released: pa.Array | None = None   # positions left out of the merge (apply_hold.released)
 
     @property
     def status(self) -> str:
@@ -230,6 +232,8 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
                 b.result = b.finish("held")
                 return b
             b.frontier, b.out["to"] = at, at.encode()
+        elif b.evolve is not None and not b.evolve[0].truncate:   # a refused value fixed past the change
+            b.released = released(target, store, more, b.lo, b.hi, ahead.encode())
         b.events = b.out["events"] = events_in_range(store, b.files, b.lo, b.hi)
     if b.evolve is not None:
         b.out["evolved"] = [{"at": b.hi, "change": b.evolve[0].describe()}]
@@ -239,33 +243,6 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
         target.advance_applied(source_name, shape, b.frontier, evolve=b.evolve)
         b.result = b.finish("held" if b.held else "empty")
     return b
-
-
-def held_at(store, files: list[str], lo: str, hi: str, until: str = "") -> tuple[Position | None, str | None]:
-    """Where a batch ``lo <= pos < hi`` must stop so that no event whose values could not
-    be carried (``error`` set, engine/values.py) reaches a target: (None, None) when none
-    would. A target keeps a key's latest event, so the apply stops before the earliest such
-    event that is its key's latest up to ``until`` (default ``hi``; ``files`` reach it: the
-    run goes on past a change of shape at ``hi``); a later event of the key (the row fixed
-    at the source, a re-dump) lets it pass. A delete whose key could not be carried deletes
-    nothing: those pass (and are dropped)."""
-    # (a file written before events had an ``error`` column reads it as nulls)
-    errors = pa.schema([pa.field("error", pa.string())])
-    parts = [pq.read_table(f, schema=errors, filesystem=store.fs) for f in files]
-    if not any(p["error"].null_count < p.num_rows for p in parts):
-        return None, None
-    cols = pa.schema([pa.field(c, pa.string()) for c in ("key", "op", "pos", "error")])
-    data = pa.concat_tables([pq.read_table(f, schema=cols, filesystem=store.fs) for f in files])
-    ceiling, why = max(hi, until), None
-    data = data.filter(pc.and_(pc.greater_equal(data["pos"], lo), pc.less(data["pos"], ceiling)))
-    while True:
-        latest = latest_per_key(data.filter(pc.less(data["pos"], ceiling)))
-        bad = latest.filter(pc.and_(pc.is_valid(latest["error"]), pc.not_equal(latest["op"], DELETE)))
-        if bad.num_rows == 0:
-            break
-        first = bad.sort_by([("pos", "ascending")]).slice(0, 1).to_pylist()[0]
-        ceiling, why = first["pos"], first["error"]
-    return (None, None) if why is None or ceiling >= hi else (Position.decode(ceiling), why)
 
 
 def pending_ranges(target, store, state, source_name: str, tables: list[str]) -> Iterator[tuple[str, list[str], str, str]]:
@@ -388,13 +365,3 @@ def run_result(tcfg: TargetConfig, scfg: SourceConfig, run_id: str, results: dic
                         if r.get("inserted") or r.get("updated") or r.get("deleted") or r.get("orphans_deleted")],
             "seconds": round(time.monotonic() - started, 3)}
 
-
-def latest_per_key(data: pa.Table) -> pa.Table:
-    """The latest event per key (sort by key, then position descending; keep each key's
-    first). A replayed flush's duplicate has the same key and position: one is kept."""
-    if data.num_rows <= 1:
-        return data
-    data = data.sort_by([("key", "ascending"), ("pos", "descending")])
-    key = data["key"].combine_chunks()
-    first = pc.not_equal(key.slice(1), key.slice(0, len(key) - 1))
-    return data.filter(pa.concat_arrays([pa.array([True]), first]))

@@ -76,7 +76,7 @@ class Event(NamedTuple):
     pos: Position
     source_ts: int = 0  # milliseconds since the epoch, as the source reports it
     # why a value of this event could not be carried (that column is null in the image);
-    # the apply never lets such an event reach a target (engine/apply_plan.py: held_at)
+    # the apply never lets such an event reach a target (engine/apply_hold.py: held_at)
     error: str | None = None
 
     @property

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 _WIDTHS = (8, 16, 8)  # log, offset, seq in hex digits
 POSITION_WIDTH = sum(_WIDTHS) + 2
+_MAX = tuple(16 ** w - 1 for w in _WIDTHS)
 _FORM = re.compile(r"^([0-9a-f]{8})-([0-9a-f]{16})-([0-9a-f]{8})$")
 
 
@@ -42,6 +43,18 @@ class Position(NamedTuple):
 
     def with_seq(self, seq: int) -> "Position":
         return Position(self.log, self.offset, seq)
+
+    def just_below(self) -> "Position":
+        """The largest encodable position strictly below this one: where a changelog row
+        with no log event of its own goes (a sweep's deletes, a rebuild: engine/sweep.py,
+        engine/quarantine.py), after everything before this position and before it."""
+        if self.seq > 0:
+            return Position(self.log, self.offset, self.seq - 1)
+        if self.offset > 0:
+            return Position(self.log, self.offset - 1, _MAX[2])
+        if self.log > 0:
+            return Position(self.log - 1, _MAX[1], _MAX[2])
+        raise ValueError("no position is below the zero position")
 
     def __str__(self) -> str:
         return self.encode()

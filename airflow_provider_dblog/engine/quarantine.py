@@ -16,7 +16,8 @@ changed its rows without row events (TRUNCATE, DROP TABLE) quarantines that tabl
   the shape holding at the latest break, with its checkpoint there, and applies from
   there: the log's events after the break, then the dump's snapshot, which holds every row
   (a row deleted before the dump is simply not there). A break after that rebuild stops
-  that target again (a new dump, after it, releases it).
+  that target again (a new dump, after it, releases it). A target that keeps a changelog
+  gets a ``rebuild`` row there (targets/changelog.py), just below the latest break.
 
 Which dump releases, by positions, never by clocks: a full dump (scope ``table`` or
 ``all``) releases breaks up to ``P`` when it has finished the table and the log head it
@@ -42,6 +43,7 @@ import time
 from typing import Callable
 
 from .positions import Position
+from .targets.base import REBUILD, append_marked
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +145,9 @@ def settle(target, state, source_name: str, table: str, shape_at: Callable[[Posi
     target.ensure_table(schema)
     target.reset_applied(source_name, schema)
     target.advance_applied(source_name, schema, last)
+    # the emptying, in the changelog (if kept) just below the break: replayed like a truncate,
+    # every row before it gone; the events from ``last`` on follow it (once: append_marked)
+    append_marked(target, schema, source_name, REBUILD, last.just_below())
     state.r.hset(state.k(REBUILT), f"{table}|{name}", json.dumps({"at": last.encode(), "request": rid,
                                                                   "when": time.time()}))
     log.warning("%s released from quarantine on target %s by dump request %s: target table rebuilt in the "

@@ -35,9 +35,18 @@ makes the gap last with a standby that never answers).
 
 Only ``table`` and ``all`` dumps sweep (a key-list dump deletes its missing keys itself).
 One sweep per table is kept, the newest dump's: it deletes everything an older one would.
+
+A target that keeps a changelog (targets/changelog.py) gets one ``sweep`` row per deleted
+row, its before image the deleted row, at ``until.just_below()`` (fixed per sweep: a rerun
+computes the same position). Why a replay by position is exact: a swept key ``k`` has no
+event in ``(p, A)``, ``p < below`` its row's position and ``A >= until`` the applied
+position at the sweep (else its row's position would be at least ``below``), and
+``below <= until.just_below() < until``; so no event of ``k`` ties with the sweep row and
+every later event of ``k`` sorts after it.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -48,9 +57,11 @@ import pyarrow.parquet as pq
 from .events import SNAPSHOT
 from .positions import Position
 from .schema import TableSchema
+from .targets.base import SWEEP, append_marked
 from .values import comparable_key
 
 log = logging.getLogger(__name__)
+DELETING = "sweeps_deleting"   # Redis: {"table|target": {"below", "count"}} of a sweep about to delete
 
 
 def orphan_sweep(rid: str, table: str, progress: dict) -> dict | None:
@@ -115,11 +126,27 @@ def sweep_table(target, target_name: str, store, state, source_cfg, schema: Tabl
         return None
     t0 = time.monotonic()
     keep = snapshot_keys(store, schema, below, until)
+    mark = f"{schema.qualified}|{target_name}"
+
+    def before_delete(rows: pa.Table) -> None:
+        # the changelog rows first, then the delete. Killed between the two, the rerun (which
+        # appends no second set: append_marked looks for them) may find fewer orphans: a key
+        # it no longer deletes was written again by an event past ``until`` (so after the
+        # sweep row in a replay), or is back in the source by such an event, not yet applied;
+        # a key only the rerun deletes has a logged delete, which the changelog gets later.
+        # Either way the replay of the changelog is the table once the apply has caught up.
+        append_marked(target, schema, source_name, SWEEP, until.just_below(), rows)
+        state.r.hset(state.k(DELETING), mark, json.dumps({"below": sweep["below"], "count": rows.num_rows}))
+
     deleted = target.delete_orphans(schema, source_name, keep, below, until,
-                                    in_source=keys_in_source(source_cfg, schema))
+                                    in_source=keys_in_source(source_cfg, schema), before_delete=before_delete)
     if deleted is None:  # the checkpoint was reset meanwhile
         return None
+    if not deleted:   # a rerun after a delete commit whose sweep was not recorded: the count it deleted
+        was = json.loads(state.r.hget(state.k(DELETING), mark) or "{}")
+        deleted = was["count"] if was.get("below") == sweep["below"] else 0
     state.finish_sweep(sweep, target_name, deleted)
+    state.r.hdel(state.k(DELETING), mark)
     log.info("%s: orphan sweep of dump %s on %s: %d rows deleted (%d keys kept, %.1fs)", schema.qualified,
              sweep["request"], target_name, deleted, keep.num_rows, time.monotonic() - t0)
     return deleted

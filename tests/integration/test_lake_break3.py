@@ -75,7 +75,6 @@ def test_a_far_date_emptied_by_a_truncate_does_not_hold_its_table_for_good(src_d
     cdc.assert_equal("t", target="lake")
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 28 break round 3): a value the lake refuses is found at merge time, so a fix past the change of shape the batch ends at is not seen (apply_plan.held_at looks past it only for values the log could not carry)")
 @POSTGRES
 def test_a_far_date_fixed_at_the_source_after_a_change_of_shape_releases_the_table(src_db, make_cdc, tmp_path,
                                                                                      lake):
@@ -88,6 +87,7 @@ def test_a_far_date_fixed_at_the_source_after_a_change_of_shape_releases_the_tab
         cur.execute("INSERT INTO t VALUES (1, '2000-01-01')")
     cdc = make_cdc(["t"], targets={"lake": lake_target(lake, tmp_path / "lake")})
     cdc.start_tail()
+    cdc.dump_local("t")   # (row 1 was written before the capture)
     with src_db.cursor() as cur:
         cur.execute("INSERT INTO t VALUES (2, 'infinity')")
         cur.execute("ALTER TABLE t ADD COLUMN x integer")
@@ -151,16 +151,17 @@ def _history(rng, n: int, next_id: list, cols: list) -> list[str]:
 
 
 def _replayed(log: pa.Table, key: list[str]) -> dict:
-    """The state a reader gets by replaying a changelog in position order: a truncate row
-    empties it, a delete removes its key, any other row sets its key's after image."""
+    """The state a reader gets by replaying a changelog in position order: a truncate or
+    rebuild row empties it, a delete or sweep row removes its key (its before image), any
+    other row sets its key's after image."""
     state: dict = {}
     for r in log.sort_by([("_dblog_pos", "ascending")]).to_pylist():
-        if r["op"] == "truncate":
+        if r["op"] in ("truncate", "rebuild"):
             state.clear()
             continue
-        image = r["after"] if r["op"] != "delete" else r["before"]
+        image = r["after"] if r["op"] not in ("delete", "sweep") else r["before"]
         k = tuple(image[c] for c in key)
-        if r["op"] == "delete":
+        if r["op"] in ("delete", "sweep"):
             state.pop(k, None)
         else:
             state[k] = image
@@ -232,7 +233,6 @@ def test_generated_truncates_and_alters_reach_the_lake_and_its_changelog_exactly
             _assert_replay_is_the_table(open_target(cdc.cfg.target(name)), cdc.source.table_schema(f"{cdc.db}.t"))
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 28 break round 3): a quarantine rebuild empties the current-state table without a source event; the changelog gets no row for it")
 @MARIADB
 def test_a_quarantine_release_that_empties_the_lake_table_is_in_its_changelog(src_db, make_cdc, tmp_path, lake):
     """DROP TABLE and CREATE TABLE again (rows gone without row events) quarantine the
@@ -258,10 +258,11 @@ def test_a_quarantine_release_that_empties_the_lake_table_is_in_its_changelog(sr
     assert res["status"] == "applied", res
     cdc.assert_equal("t", target="lake")
     target = open_target(cdc.cfg.target("lake"))
-    _assert_replay_is_the_table(target, cdc.source.table_schema(f"{cdc.db}.t"))
+    schema = cdc.source.table_schema(f"{cdc.db}.t")
+    assert _changelog(target, schema)["op"].to_pylist().count("rebuild") == 1
+    _assert_replay_is_the_table(target, schema)
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 28 break round 3): the orphan sweep's deletes have no source event; the changelog gets no row for them")
 @MARIADB
 def test_rows_a_full_dump_sweeps_from_the_lake_table_leave_its_changelog_too(src_db, make_cdc, tmp_path, lake):
     """Rows deleted at the source without a log event (``sql_log_bin = 0``) leave the lake
@@ -281,7 +282,10 @@ def test_rows_a_full_dump_sweeps_from_the_lake_table_leave_its_changelog_too(src
     res = cdc.apply_local("lake")[f"{cdc.db}.t"]
     assert res["status"] == "applied" and res.get("orphans_deleted") == 1, res
     cdc.assert_equal("t", target="lake")
-    _assert_replay_is_the_table(open_target(cdc.cfg.target("lake")), cdc.source.table_schema(f"{cdc.db}.t"))
+    target, schema = open_target(cdc.cfg.target("lake")), cdc.source.table_schema(f"{cdc.db}.t")
+    swept = _changelog(target, schema).filter(pa.compute.equal(_changelog(target, schema)["op"], "sweep"))
+    assert swept["before"].to_pylist() == [{"id": 2, "v": 2}], swept.to_pylist()
+    _assert_replay_is_the_table(target, schema)
 
 
 @MARIADB
@@ -368,15 +372,10 @@ def _dump(cdc, spec) -> None:
 
 @MARIADB
 @pytest.mark.parametrize("repair", ["keys", "table"])
-def test_a_key_held_twice_by_the_lake_is_seen_by_verify_and_repaired(src_db, make_cdc, tmp_path, lake, repair,
-                                                                     request):
+def test_a_key_held_twice_by_the_lake_is_seen_by_verify_and_repaired(src_db, make_cdc, tmp_path, lake, repair):
     """A second row of an existing key written into the lake table behind the apply's back
     (a stale copy, older position): verification must say the table differs, and a repair
     (a key-list dump of that key, or a full dump) must leave one row per key."""
-    if lake == "delta":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "open (issue 28 break round 3): delta-rs's MERGE updates both rows of a duplicated key and the "
-            "sweep keeps every key the dump saw, so a Delta table never drops the second row")))
     from airflow_provider_dblog.engine.positions import Position
     from airflow_provider_dblog.engine.requests import DumpSpec
     with src_db.cursor() as cur:

@@ -9,6 +9,7 @@ sources, read back with ``deltalake`` / ``pyiceberg``.
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pyarrow as pa
 import pytest
@@ -337,3 +338,117 @@ def test_maintenance_of_a_target_with_changelogs_keeps_every_table_and_position(
     assert res["status"] == "applied" and res["changelog_rows"] == 7, res
     assert _changelog(target, schema).num_rows == log.num_rows + 7
     cdc.assert_equal("t", target="lake")
+
+
+# -- changes of the current-state table with no log event of their own ----------------------
+class _Killed(Exception):
+    """The sweep dying at a chosen point (as a kill would: nothing after it runs)."""
+
+
+def _dying(target, after: str):
+    """``target`` whose delete_orphans dies after handing its rows to the sweep and before
+    its delete commit (``after="rows"``), or just after that commit (``"commit"``)."""
+    real = target.delete_orphans
+
+    def delete_orphans(*args, before_delete=None, **kwargs):
+        def then_die(rows):
+            before_delete(rows)
+            raise _Killed("between the changelog rows and the delete")
+        real(*args, before_delete=then_die if after == "rows" else before_delete, **kwargs)
+        raise _Killed("after the delete commit")
+    target.delete_orphans = delete_orphans
+    return target
+
+
+def _replay(log: pa.Table, schema) -> list[dict]:
+    """The rows a reader gets by replaying the changelog in position order: a truncate or
+    rebuild row empties it, a delete or sweep row removes its key (its before image)."""
+    state = {}
+    for r in log.to_pylist():
+        if r["op"] in ("truncate", "rebuild"):
+            state.clear()
+        elif r["op"] in ("delete", "sweep"):
+            state.pop(r["before"]["id"], None)
+        else:
+            state[r["after"]["id"]] = {c: r["after"][c] for c in schema.column_names}
+    return [state[k] for k in sorted(state)]
+
+
+@pytest.mark.parametrize("src_db,lake", [("mariadb", "delta"), ("postgres", "iceberg")], indirect=["src_db"])
+def test_a_sweeps_deletes_are_changelog_rows_once_across_reruns(src_db, make_cdc, tmp_path, lake):
+    """Rows only the lake table holds (written behind the apply, at an old position), swept
+    by a full dump: one ``sweep`` row per deleted row (its before image the row, no after
+    image) just below the sweep's ``until``, once although the sweep dies between its
+    changelog rows and its delete, and again just after its delete commit; the rerun
+    reports the rows the killed run deleted; replaying the changelog gives the table."""
+    from airflow_provider_dblog.engine.sweep import sweep_table
+    from helpers import lake_append_behind
+    cdc = _setup(src_db, make_cdc, tmp_path, lake, rows=5)
+    table, target = f"{cdc.db}.t", open_target(cdc.cfg.target("lake"))
+    schema = cdc.source.table_schema(table)
+    assert cdc.apply_local("lake")[table]["status"] == "applied"
+    lake_append_behind(target, schema, pa.table({
+        "id": [100, 101], "v": [0, 1], "s": ["ghost", "ghost"], "d": pa.nulls(2, pa.decimal128(10, 2)),
+        "_dblog_pos": [Position(0, 1, 0).encode()] * 2, "_dblog_op": ["insert"] * 2}))
+    cdc.dump_local("t")
+    applier = LocalApplier(target, cdc.store, cdc.state, "src")   # the dump's batch, without its sweep
+    assert applier.apply_batch(plan_table(target, cdc.store, cdc.state, "src", schema))["status"] == "applied"
+    until = Position.decode(cdc.state.pending_sweep(table, "lake")["until"])
+    assert target.applied_pos("src", schema) >= until
+
+    def swept() -> list[tuple]:
+        log = _changelog(target, schema).to_pylist()
+        return [(r["_dblog_pos"], r["before"]["id"], r["before"]["s"], r["after"]) for r in log if r["op"] == "sweep"]
+    want = [(until.just_below().encode(), k, "ghost", None) for k in (100, 101)]
+    for after, ghosts in (("rows", {100, 101}), ("commit", set())):
+        with pytest.raises(_Killed):
+            sweep_table(_dying(open_target(cdc.cfg.target("lake")), after), "lake", cdc.store, cdc.state,
+                        cdc.src_cfg, schema)
+        assert sorted(swept()) == want, after
+        assert {r["id"] for r in target.rows(schema)} & {100, 101} == ghosts, after
+    res = cdc.apply_local("lake")[table]
+    assert res.get("orphans_deleted") == 2, res   # the killed run's delete, counted once
+    assert sorted(swept()) == want and cdc.state.pending_sweep(table, "lake") is None
+    cdc.assert_equal("t", target="lake")
+    version = _version(target, schema)
+    assert not cdc.apply_local("lake")[table].get("orphans_deleted") and _version(target, schema) == version
+    assert _replay(_changelog(target, schema), schema) == target.rows(schema)
+
+
+NARROW = {"mysql": "ALTER TABLE t MODIFY v SMALLINT", "postgres": "ALTER TABLE t ALTER COLUMN v TYPE smallint"}
+
+
+@pytest.mark.parametrize("src_db,lake", [("postgres", "delta"), ("mariadb", "iceberg")], indirect=["src_db"])
+def test_a_quarantine_rebuild_is_a_changelog_row_once_across_a_rerun(src_db, make_cdc, tmp_path, lake):
+    """A change the lake cannot follow (a column narrowed) quarantines the table; a full
+    dump releases it and the current-state table is rebuilt empty: one ``rebuild`` row (no
+    images) just below the break, before every event after it; the rebuild run again (its
+    record lost, as a kill before it is recorded leaves it) appends no second one; replaying
+    the changelog gives the table."""
+    from airflow_provider_dblog.engine.quarantine import REBUILT, breaks
+    cdc = _setup(src_db, make_cdc, tmp_path, lake, rows=5)
+    table, target = f"{cdc.db}.t", open_target(cdc.cfg.target("lake"))
+    assert cdc.apply_local("lake")[table]["status"] == "applied"
+    with src_db.cursor() as cur:
+        cur.execute(NARROW[src_db.kind])
+        cur.execute("UPDATE t SET v = -v WHERE id <= 2")
+    cdc.drain()
+    assert cdc.apply_local("lake")[table]["status"] == "quarantined"
+    cdc.dump_local("t")
+    with src_db.cursor() as cur:
+        cur.execute("DELETE FROM t WHERE id = 3")
+    cdc.drain()
+    last = breaks(json.loads(cdc.state.r.hget(cdc.state.k("quarantined"), table)))[-1]
+    schema = cdc.source.table_schema(table)
+    for run in ("release", "rerun"):
+        assert cdc.apply_local("lake")[table]["status"] == "applied", run
+        cdc.assert_equal("t", target="lake")
+        log = _changelog(target, schema).to_pylist()
+        rebuilt = [i for i, r in enumerate(log) if r["op"] == "rebuild"]
+        assert len(rebuilt) == 1, (run, rebuilt)
+        row = log[rebuilt[0]]
+        assert row["_dblog_pos"] == last.just_below().encode() and row["before"] is row["after"] is None, row
+        after = log[rebuilt[0] + 1:]   # the events after the break, the dump's rows among them
+        assert all(r["_dblog_pos"] >= last.encode() for r in after) and "snapshot" in {r["op"] for r in after}
+        assert _replay(_changelog(target, schema), schema) == target.rows(schema), run
+        cdc.state.r.hdel(cdc.state.k(REBUILT), f"{table}|lake")   # the rebuild not recorded: redone

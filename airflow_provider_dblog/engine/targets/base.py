@@ -15,11 +15,15 @@ of the table below it is in the target. Its guarantees, whatever the kind:
   including a TRUNCATE as a step of its history) is taken in the same step.
 - ``advance_applied`` moves the position without rows (an empty batch), forward only.
 - ``delete_orphans``: the sweep of a full dump (engine/sweep.py), done only once every
-  event below ``until`` is applied, checked under the table's exclusive apply lock.
+  event below ``until`` is applied, checked under the table's exclusive apply lock; a lake
+  target hands the rows it is about to delete to ``before_delete`` before its delete
+  commit (their changelog rows; PostgreSQL, which keeps no changelog, ignores it).
 - ``drop_table`` / ``reset_applied``: a quarantined table rebuilt in its new shape.
 - ``append_changelog`` (a lake target with ``changelog: true``): every event of a batch,
   and the TRUNCATE it ends at, appended exactly once to the table's ordered event log
-  (changelog.py); :func:`append_changelog` is the apply's one way in.
+  (changelog.py); :func:`append_changelog` is the apply's one way in. Changes of the
+  table with no log event of their own (a sweep's deletes, a quarantine's rebuild) go in
+  through :func:`append_marked` (``append_marked``, exactly once by position and op).
 
 Nothing here imports Airflow.
 """
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 import pyarrow as pa
 
@@ -47,6 +51,7 @@ def store_unreachable(error: BaseException) -> bool:
 
 POS_COLUMN = "_dblog_pos"   # the position of the event that wrote the row
 OP_COLUMN = "_dblog_op"     # a batch row's operation (c / u / d / r)
+SWEEP, REBUILD = "sweep", "rebuild"   # the ops of changelog rows with no log event (append_marked)
 
 
 @dataclass
@@ -113,10 +118,17 @@ class Target(Protocol):
     def merge_batch(self, table: TableSchema, pages: pa.Table | Iterable[pa.Table], source: str,
                     new_pos: Position, run_id: str, evolve: tuple | None = None) -> MergeResult: ...
     def delete_orphans(self, table: TableSchema, source: str, keep: pa.Table, below: Position,
-                       until: Position, in_source=None) -> int | None: ...
+                       until: Position, in_source=None,
+                       before_delete: Callable[[pa.Table], None] | None = None) -> int | None: ...
+    # the values it holds of each Arrow type where it holds less than the log carries (a lake's
+    # dates: lake_values.ValueRanges), asked by the apply's planning (engine/apply_hold.py); a
+    # target without this method (PostgreSQL) holds every value the log carries
+    def value_ranges(self) -> Any: ...
     # only a target whose config has ``changelog: true``
     def append_changelog(self, table: TableSchema, events: Iterable[pa.Table], source: str, new_pos: Position,
                          truncated_ts: int | None = None) -> int: ...
+    def append_marked(self, table: TableSchema, source: str, op: str, at: Position,
+                      images: pa.Table | None = None) -> int: ...
 
 
 def append_changelog(target: Target, table: TableSchema, events: Iterable[pa.Table], source: str,
@@ -129,3 +141,15 @@ def append_changelog(target: Target, table: TableSchema, events: Iterable[pa.Tab
     ev = evolve[0] if evolve is not None else None
     return target.append_changelog(table, events, source, frontier,
                                    truncated_ts=ev.truncated_ts if ev is not None and ev.truncate else None)
+
+
+def append_marked(target: Target, table: TableSchema, source: str, op: str, at: Position,
+                  images: pa.Table | None = None) -> int | None:
+    """Rows with no log event of their own into the table's changelog table, if the target
+    keeps one (changelog.py): ``op`` (``sweep``: one per row of ``images``, the rows a sweep
+    deletes; ``rebuild``: one, no images) at ``at``, in a commit of their own that leaves the
+    changelog's position as it is; nothing when rows of that position and op are there
+    already (a rerun's). Rows appended, None if the target keeps no changelog."""
+    if not getattr(target.config, "changelog", False):
+        return None
+    return target.append_marked(table, source, op, at, images)

@@ -9,7 +9,7 @@ time, UTC), ``commit_date`` (its UTC day: the partition column), ``before`` and 
 (the row images, structs of the table's columns typed as in the current-state table,
 lake_schema.py) and ``error`` (why a value of the event could not be carried: that field
 of the image is null; such an event is never the one a current-state row keeps,
-apply_plan.held_at, but it is still an event of the log).
+apply_hold.held_at, but it is still an event of the log).
 
 Exactly once: the changelog table carries its own applied position per source, moved in
 the same commit as the rows it appends. An append takes the batch's events at or past it
@@ -29,10 +29,23 @@ appended with the events before it in the commit that moves the changelog's posi
 it (the batch ends there: engine/apply_plan.py), so it is in exactly once. Under
 ``lenient``/``ignore`` the targets keep their rows and the changelog has no such row.
 
+Two changes of the current-state table have no log event of their own (base.append_marked):
+a full dump's orphan sweep, one row per deleted row, ``op`` ``sweep``, its before image the
+deleted row, at the position just below the sweep's ``until`` (engine/sweep.py says why it
+is exact); and a quarantine's rebuild that empties the table, ``op`` ``rebuild``, no images,
+just below the break it is rebuilt at (engine/quarantine.py): replayed like a truncate,
+every row before it is gone. Their ``source_ts`` is when they were made. Both land below
+the changelog's own position (or where no event is yet), so they are appended in a commit of
+their own that leaves the position where it is, exactly once by a look for rows of that
+position and op before the append. Hence a reader follows the commits (Delta versions,
+Iceberg snapshots) or reads by position (``ORDER BY _dblog_pos``); it must not keep a
+high-water mark of positions and skip rows below it.
+
 No Spark and no Airflow here.
 """
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
@@ -41,14 +54,16 @@ import pyarrow.compute as pc
 from ..errors import TargetValueError
 from ..events import event_arrow_schema
 from ..logical_types import arrow_type
+from ..positions import Position
 from ..schema import TableSchema
 from . import CHANGELOG_SUFFIX
-from .base import POS_COLUMN
+from .base import POS_COLUMN, REBUILD, SWEEP
 from .lake_values import mark_out_of_range
 from .pg_tables import target_table_name
 
 SUFFIX = CHANGELOG_SUFFIX
 TRUNCATE = "truncate"   # the op of a TRUNCATE's row (the events' ops: engine/events.py)
+MARKED = (SWEEP, REBUILD)   # the ops of rows with no log event of their own (base.append_marked)
 POSITION_KEY = "dblog.changelog."   # + source: where each kind keeps the changelog's position
 PARTITION = "commit_date"
 IMAGES = ("before", "after")
@@ -184,3 +199,38 @@ def _below(events: Iterable[pa.Table | pa.RecordBatch], applied: str, hi: str) -
         page = page.filter(mask)
         if page.num_rows:
             yield page
+
+
+def marked_rows(schema: pa.Schema, op: str, at: Position, images: pa.Table | None = None) -> pa.Table:
+    """Changelog rows of ``schema`` with no log event of their own: ``op`` at ``at``, one per
+    row of ``images`` (a sweep's deleted rows: the before images; after null), or one with
+    no images; ``source_ts`` now, ``commit_date`` its UTC day."""
+    if op not in MARKED:
+        raise ValueError(f"not an op of a row without an event: {op!r}")
+    image, n = schema.field("before").type, 1 if images is None else images.num_rows
+    if images is None:
+        before = pa.nulls(n, image)
+    else:
+        before = conform(pa.StructArray.from_arrays([c.combine_chunks() for c in images.columns],
+                                                    names=images.column_names), image)
+    now = pa.array([datetime.now(timezone.utc)] * n, pa.timestamp("us", tz="UTC"))
+    cols = [pa.array([at.encode()] * n, pa.string()), pa.array([op] * n, pa.string()), now,
+            now.cast(pa.date32()), before, pa.nulls(n, image), pa.nulls(n, pa.string())]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def rows_of_keys(dataset, keys: pa.Table, key: list[str], below: Position) -> pa.Table:
+    """The rows of ``dataset`` (a current-state table's, with ``_dblog_pos``: a pyarrow
+    dataset) below ``below`` whose key is in ``keys``: a sweep's deleted rows, a page at a
+    time (matched on the key and a row index alone, so any column type rides along)."""
+    parts = []
+    for page in dataset.to_batches():
+        page = page.filter(pc.less(page[POS_COLUMN], below.encode()))
+        if not page.num_rows:
+            continue
+        index = pa.table([page[k] for k in key] + [pa.array(range(page.num_rows), pa.int64())],
+                         names=key + ["__dblog_row"])
+        hit = index.join(keys.select(key).cast(index.select(key).schema), key, join_type="left semi")
+        if hit.num_rows:
+            parts.append(pa.Table.from_batches([page]).take(hit["__dblog_row"]))
+    return pa.concat_tables(parts) if parts else dataset.schema.empty_table()

@@ -42,11 +42,12 @@ from ..positions import Position
 from ..schema import TableSchema
 from .base import OP_COLUMN, POS_COLUMN, MergeResult, store_unreachable
 from .delta_evolve import evolved
+from .delta_keys import collapse, touched_twice
 from .delta_maintain import (APPLIED, KeySpan, MaintainReport, applied_in, maintain as maintain_table,
                              quote_name as _q, spooled, store_files, table_configuration)
 from .lake_rows import orphans
 from .lake_schema import arrow_schema, check_shape
-from .lake_values import DELTA_RANGES, ValueGuard, check_values
+from .lake_values import DELTA_RANGES, ValueGuard, ValueRanges, check_values
 from .pg_tables import target_table_name
 
 log = logging.getLogger(__name__)
@@ -201,6 +202,10 @@ class DeltaTarget:   # implements targets.base.Target
         log.info("Delta table %s: %s", dt.table_uri, ev.describe())
 
     # -- writes --------------------------------------------------------------------------
+    def value_ranges(self) -> ValueRanges:
+        """The dates it holds (lake_values.DELTA_RANGES), for the apply's planning (targets/base.py)."""
+        return ValueRanges(DELTA_RANGES, f"Delta target {self.config.name}")
+
     def merge_batch(self, table: TableSchema, pages: pa.Table | Iterable[pa.Table], source: str,
                     new_pos: Position, run_id: str, evolve: tuple | None = None) -> MergeResult:
         import time
@@ -212,7 +217,7 @@ class DeltaTarget:   # implements targets.base.Target
             return MergeResult()
         target_schema = pa.schema(dt.schema().to_arrow())
         want = pa.schema([target_schema.field(n) for n in names])
-        staged = [0]
+        staged, deletes = [0], [0]
         guard = ValueGuard(table, DELTA_RANGES, f"Delta target {self.config.name}")   # (lake_values.py)
         span = KeySpan(list(table.key), want)   # the batch's keys: the bounds that prune files
 
@@ -222,6 +227,7 @@ class DeltaTarget:   # implements targets.base.Target
                 if applied is not None:   # below the position: applied already
                     page = page.filter(pc.greater_equal(page[POS_COLUMN], applied.encode()))
                 staged[0] += guard.check(page).num_rows
+                deletes[0] += pc.sum(pc.equal(page[OP_COLUMN], _DELETE).cast(pa.int64())).as_py() or 0
                 span.add(page)
                 yield page
         with spooled(want, batches(), in_memory=isinstance(pages, pa.Table)) as data:
@@ -247,6 +253,9 @@ class DeltaTarget:   # implements targets.base.Target
                            .execute)
             version = dt.version()
             metrics = guard.run(execute)   # a refused value raised as itself, not as delta-rs's wrapping of it
+        if staged and touched_twice(metrics, staged, deletes[0]):   # a key held twice: one row each (delta_keys.py)
+            collapse(self._open(table), list(table.key), applied.encode() if applied else None,
+                     self._commit(source, new_pos if moved else applied))
         if staged and moved and self._open(table).version() == version:
             # every row was stale: delta-rs made no commit, so the position moves alone
             write_deltalake(dt, target_schema.empty_table(), mode="append",
@@ -256,16 +265,17 @@ class DeltaTarget:   # implements targets.base.Target
             moved = True
         ins, upd, dele = (int(metrics.get(k, 0)) for k in
                           ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted"))
-        res = MergeResult(inserted=ins, updated=upd, deleted=dele, stale=staged - ins - upd - dele, staged=staged,
-                          checkpoint_moved=moved, stage_s=t1 - t0, merge_s=time.monotonic() - t1)
+        res = MergeResult(inserted=ins, updated=upd, deleted=dele, stale=max(0, staged - ins - upd - dele),
+                          staged=staged, checkpoint_moved=moved, stage_s=t1 - t0, merge_s=time.monotonic() - t1)
         log.info("merged %d rows into Delta table %s: %s", staged, self.table_path(table), res)
         return res
 
     def delete_orphans(self, table: TableSchema, source: str, keep: pa.Table, below: Position,
-                       until: Position, in_source=None) -> int | None:
+                       until: Position, in_source=None, before_delete=None) -> int | None:
         """The sweep of a full dump (engine/sweep.py): rows below ``below`` whose key is not in
         ``keep`` and not in the source now, deleted in one commit, once every event below
-        ``until`` is applied (a commit racing it fails and the sweep is run again)."""
+        ``until`` is applied (a commit racing it fails and the sweep is run again);
+        ``before_delete`` gets those rows (every column) before the commit."""
         dt = self._open(table)
         applied = self._applied(dt, source) if dt is not None else None
         if applied is None or applied < until:
@@ -274,6 +284,9 @@ class DeltaTarget:   # implements targets.base.Target
         gone = orphans(dt.to_pyarrow_table(columns=key + [POS_COLUMN]), keep, key, below, table, in_source)
         if gone.num_rows == 0:
             return 0
+        if before_delete is not None:
+            from .changelog import rows_of_keys
+            before_delete(rows_of_keys(dt.to_pyarrow_dataset(), gone, key, below))
         gone = gone.append_column(POS_COLUMN, pa.array([below.encode()] * gone.num_rows, pa.string()))
         span = KeySpan(key, gone.schema)
         span.add(gone)
@@ -290,3 +303,10 @@ class DeltaTarget:   # implements targets.base.Target
         from .delta_changelog import append
         return append(self.root, table, events, source, new_pos, f"Delta target {self.config.name}", truncated_ts,
                       self.options)
+
+    def append_marked(self, table: TableSchema, source: str, op: str, at: Position,
+                      images: pa.Table | None = None) -> int:
+        """Changelog rows with no log event of their own (base.append_marked): delta_changelog.py."""
+        from .delta_changelog import append_marked
+        return append_marked(self.root, table, source, op, at, images, f"Delta target {self.config.name}",
+                             self.options)

@@ -9,6 +9,10 @@ name, so two applies appending at once cannot both commit (Delta's conflict chec
 second: CommitFailedError, which the apply retries from the new position); a blind append
 alone would let both in.
 
+Rows with no log event of their own (a sweep's, a rebuild's: changelog.py) are appended in a
+commit that carries no position (``dblog.marked``: op and position) but the application
+transaction's next version, so it races an append as an append does.
+
 A new column of the source is a new field of the images (``schema_mode="merge"``, in the
 append's commit). A widening rewrites the table once in the wider type (an overwrite
 commit that keeps the position; its values cast exactly, streamed from the version before),
@@ -22,16 +26,19 @@ from itertools import chain
 from typing import Iterable
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from ..positions import Position
 from ..schema import TableSchema
+from .base import POS_COLUMN
 from .changelog import (IMAGES, PARTITION, POSITION_KEY, arrow_relation, changelog_name, changelog_rows,
-                        changelog_schema, conform, image_struct, merged_struct, pending)
+                        changelog_schema, conform, image_struct, marked_rows, merged_struct, pending)
 from .lake_values import DELTA_RANGES
 
 log = logging.getLogger(__name__)
+MARK_KEY = "dblog.marked"   # a marked append's commit metadata: "<op> <position>"
 
 
 def _open(path: str, options: dict | None) -> DeltaTable | None:
@@ -55,9 +62,11 @@ def position(dt: DeltaTable, source: str) -> str:
         limit *= 8
 
 
-def _commit(dt: DeltaTable, source: str, pos: str) -> CommitProperties:
+def _commit(dt: DeltaTable, source: str, pos: str | None, mark: str = "") -> CommitProperties:
+    """The position ``pos`` (None: none, a marked append's commit, ``mark`` saying what it is)
+    and the application transaction's next version."""
     app = POSITION_KEY + source
-    return CommitProperties(custom_metadata={app: pos},
+    return CommitProperties(custom_metadata={app: pos} if pos is not None else {MARK_KEY: mark},
                             app_transactions=[Transaction(app, (dt.transaction_version(app) or 0) + 1)])
 
 
@@ -79,6 +88,26 @@ def _rewrite(dt: DeltaTable, schema: pa.Schema, source: str, pos: str) -> None:
                     schema_mode="overwrite", partition_by=[PARTITION], commit_properties=_commit(dt, source, pos))
 
 
+def _ready(path: str, dt: DeltaTable | None, table: TableSchema, source: str, applied: str, target: str,
+           options: dict | None) -> tuple[DeltaTable, pa.Schema, list[str]]:
+    """The changelog table made ready for ``table``'s images: created, or its images widened
+    (a rewrite keeping the position ``applied``); with its schema and the fields the
+    append's commit adds (merged in by it)."""
+    struct, added, widened = merged_struct(_images(dt) if dt is not None else None, image_struct(table),
+                                           arrow_relation, table.qualified, target)
+    schema = changelog_schema(struct)
+    if dt is None:
+        DeltaTable.create(path, schema=schema, partition_by=[PARTITION], mode="ignore", name=changelog_name(table),
+                          storage_options=options)
+        dt = _open(path, options)
+        log.info("created Delta changelog table %s", path)
+    elif widened:
+        log.info("Delta changelog table %s: widening %s", path, ", ".join(widened))
+        _rewrite(dt, schema, source, applied)
+        dt = _open(path, options)
+    return dt, schema, added
+
+
 def append(root: str, table: TableSchema, events: Iterable[pa.Table | pa.RecordBatch], source: str,
            new_pos: Position, target: str, truncated_ts: int | None = None, options: dict | None = None) -> int:
     """Append the events the changelog lacks (below ``new_pos``; with ``truncated_ts``, the
@@ -93,18 +122,7 @@ def append(root: str, table: TableSchema, events: Iterable[pa.Table | pa.RecordB
     first = next(pages, None)
     if first is None:   # nothing new: no commit (the next batch's events are past hi anyway)
         return 0
-    struct, added, widened = merged_struct(_images(dt) if dt is not None else None, image_struct(table),
-                                           arrow_relation, table.qualified, target)
-    schema = changelog_schema(struct)
-    if dt is None:
-        DeltaTable.create(path, schema=schema, partition_by=[PARTITION], mode="ignore", name=changelog_name(table),
-                          storage_options=options)
-        dt = _open(path, options)
-        log.info("created Delta changelog table %s", path)
-    elif widened:
-        log.info("Delta changelog table %s: widening %s", path, ", ".join(widened))
-        _rewrite(dt, schema, source, applied)
-        dt = _open(path, options)
+    dt, schema, added = _ready(path, dt, table, source, applied, target, options)
     count = [0]
 
     def batches():   # a value Delta's readers cannot hold: null and named in the row's error
@@ -117,3 +135,24 @@ def append(root: str, table: TableSchema, events: Iterable[pa.Table | pa.RecordB
                     partition_by=[PARTITION], commit_properties=_commit(dt, source, hi))
     log.info("appended %d events to Delta changelog table %s", count[0], path)
     return count[0]
+
+
+def append_marked(root: str, table: TableSchema, source: str, op: str, at: Position, images: pa.Table | None,
+                  target: str, options: dict | None = None) -> int:
+    """Rows with no log event of their own (changelog.marked_rows: ``op`` at ``at``) in a commit
+    of their own that leaves the changelog's position where it is; nothing if the changelog
+    holds rows of that position and op already (a rerun's). Rows appended."""
+    path = f"{root}/{changelog_name(table)}"
+    dt = _open(path, options)
+    if dt is not None and dt.to_pyarrow_dataset().count_rows(
+            filter=(ds.field(POS_COLUMN) == at.encode()) & (ds.field("op") == op)):
+        return 0
+    if images is not None and not images.num_rows:
+        return 0
+    dt, schema, added = _ready(path, dt, table, source, position(dt, source) if dt is not None else "", target,
+                               options)
+    rows = marked_rows(schema, op, at, images)
+    write_deltalake(dt, rows, mode="append", schema_mode="merge" if added else None, partition_by=[PARTITION],
+                    commit_properties=_commit(dt, source, None, f"{op} {at.encode()}"))
+    log.info("appended %d %s rows at %s to Delta changelog table %s", rows.num_rows, op, at, path)
+    return rows.num_rows

@@ -49,7 +49,7 @@ from .iceberg_evolve import reshape
 from .iceberg_rows import affected_files, matched
 from .lake_rows import orphans
 from .lake_schema import arrow_schema, check_shape
-from .lake_values import ICEBERG_RANGES, check_values
+from .lake_values import ICEBERG_RANGES, ValueRanges, check_values
 from .pg_tables import target_table_name
 
 log = logging.getLogger(__name__)
@@ -284,6 +284,10 @@ class IcebergTarget:   # implements targets.base.Target
         want = pa.schema([schema.field(c) for c in columns])
         return [reader.to_table(tasks=[task]).cast(want) for task in tasks]
 
+    def value_ranges(self) -> ValueRanges:
+        """The dates and timestamps it holds (lake_values.ICEBERG_RANGES), for the apply's planning."""
+        return ValueRanges(ICEBERG_RANGES, f"Iceberg target {self.config.name}")
+
     def merge_batch(self, table: TableSchema, pages: pa.Table | Iterable[pa.Table], source: str,
                     new_pos: Position, run_id: str, evolve: tuple | None = None) -> MergeResult:
         t0 = time.monotonic()
@@ -333,10 +337,11 @@ class IcebergTarget:   # implements targets.base.Target
         return res
 
     def delete_orphans(self, table: TableSchema, source: str, keep: pa.Table, below: Position,
-                       until: Position, in_source=None) -> int | None:
+                       until: Position, in_source=None, before_delete=None) -> int | None:
         """The sweep of a full dump (engine/sweep.py): rows below ``below`` whose key is not in
         ``keep`` and not in the source now, deleted in one commit, once every event below
-        ``until`` is applied (a commit racing it fails and the sweep is run again)."""
+        ``until`` is applied (a commit racing it fails and the sweep is run again);
+        ``before_delete`` gets those rows (every column) before the commit."""
         t = self._load(table)
         applied = self._applied(t, source) if t is not None else None
         if applied is None or applied < until:
@@ -349,10 +354,14 @@ class IcebergTarget:   # implements targets.base.Target
         tasks = affected_files(t, gone, key)
         marks = gone.append_column(POS_COLUMN, pa.array([below.encode()] * gone.num_rows, pa.string()))
         marks = marks.append_column(OP_COLUMN, pa.array([_DELETE] * gone.num_rows, pa.string()))
-        m = matched(marks, self._read_files(t, tasks, key + [POS_COLUMN]), key)
+        names = key + [POS_COLUMN] if before_delete is None else self._file_schema(t).names
+        files = self._read_files(t, tasks, names)
+        m = matched(marks, files, key)
         replaced = [(task, keep) for task, keep in zip(tasks, m.keep_masks) if not pc.all(keep).as_py()]
         if not replaced:
             return 0
+        if before_delete is not None:
+            before_delete(pa.concat_tables([f.filter(pc.invert(k)) for f, k in zip(files, m.keep_masks)]))
         txn = t.transaction()
         self._rewrite(txn, t, replaced, None, {_APPLIED + source: applied.encode()})
         txn.commit_transaction()
@@ -364,3 +373,10 @@ class IcebergTarget:   # implements targets.base.Target
         from .iceberg_changelog import append
         return append(self.catalog, self.namespace, table, events, source, new_pos,
                       f"Iceberg target {self.config.name}", truncated_ts)
+
+    def append_marked(self, table: TableSchema, source: str, op: str, at: Position,
+                      images: pa.Table | None = None) -> int:
+        """Changelog rows with no log event of their own (base.append_marked): iceberg_changelog.py."""
+        from .iceberg_changelog import append_marked
+        return append_marked(self.catalog, self.namespace, table, source, op, at, images,
+                             f"Iceberg target {self.config.name}")

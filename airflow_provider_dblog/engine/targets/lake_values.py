@@ -6,7 +6,10 @@ writer or its readers may hold less. Such a value is never clamped and never let
 write fail half-way through a run: :func:`check_values` finds it in an Arrow page
 (vectorised: one comparison per column) and raises :class:`TargetValueError` naming the
 table, the column, the value, the event's position and why, so that the apply holds that
-table on that target only (engine/apply_batch.py) and every other table goes on.
+table on that target only (engine/apply_batch.py) and every other table goes on. A target
+gives its ranges to the apply's planning too (``value_ranges()``: :class:`ValueRanges`), so
+that a refused value whose row is fixed at the source past the change of shape the batch
+ends at is left out of the merge instead of holding the table (engine/apply_hold.py).
 
 Each target passes its own :class:`ValueRange` per Arrow type. The Delta target's were
 measured with deltalake 1.6.6 (write_deltalake, DeltaTable.merge insert and update,
@@ -76,6 +79,36 @@ def _storage(typ: pa.DataType) -> pa.DataType:
     return pa.int32() if pa.types.is_date32(typ) else pa.int64()
 
 
+def _outside(values: pa.Array | pa.ChunkedArray, typ: pa.DataType, r: ValueRange):
+    """Per value of ``typ``: outside ``r`` (null for a null): the one range check of a
+    merge (:func:`check_values`), a changelog (:func:`mark_out_of_range`) and the apply's
+    planning (:meth:`ValueRanges.outside`)."""
+    ints = values.cast(_storage(typ))
+    return pc.or_(pc.less(ints, r.lo), pc.greater(ints, r.hi))
+
+
+@dataclass(frozen=True)
+class ValueRanges:
+    """A target's ranges (its ``value_ranges()``, targets/base.py), as the apply's planning
+    asks them (engine/apply_hold.py): which events' row images it would refuse."""
+    ranges: dict[pa.DataType, ValueRange]
+    target: str   # its name in messages ("Delta target lake")
+
+    def ranged(self, image: pa.DataType) -> list[str]:
+        """The columns of a row image of this struct type whose type has a range."""
+        return [f.name for f in image if f.type in self.ranges] if pa.types.is_struct(image) else []
+
+    def outside(self, images: pa.Array | pa.ChunkedArray) -> pa.Array:
+        """Per row image (a struct of a table's columns, as an event's ``after``): whether
+        one of its values lies outside the ranges (a null image or value: False)."""
+        images = images.combine_chunks() if isinstance(images, pa.ChunkedArray) else images
+        out = pa.array([False] * len(images), pa.bool_())
+        for i, f in enumerate(images.type):
+            if (r := self.ranges.get(f.type)) is not None:
+                out = pc.or_(out, pc.fill_null(_outside(pc.struct_field(images, [i]), f.type, r), False))
+        return pc.and_(out, images.is_valid())
+
+
 def check_values(table: TableSchema, page: pa.Table, ranges: dict[pa.DataType, ValueRange], target: str,
                  at: str = "") -> None:
     """Raise TargetValueError for the earliest row of ``page`` (by ``_dblog_pos``) with a
@@ -92,8 +125,7 @@ def check_values(table: TableSchema, page: pa.Table, ranges: dict[pa.DataType, V
         r = ranges.get(field.type)
         if r is None or field.name in (OP_COLUMN, POS_COLUMN):
             continue
-        ints = page[field.name].cast(_storage(field.type))
-        bad = pc.and_kleene(pc.or_(pc.less(ints, r.lo), pc.greater(ints, r.hi)), written)
+        bad = pc.and_kleene(_outside(page[field.name], field.type, r), written)
         if not pc.any(bad).as_py():
             continue
         rows = page.filter(bad)
@@ -128,9 +160,9 @@ def mark_out_of_range(table: TableSchema, image: pa.StructArray, errors: pa.Arra
         child = image.field(i)
         r = ranges.get(f.type)
         if r is not None:
-            ints = child.cast(_storage(f.type))
-            bad = pc.fill_null(pc.or_(pc.less(ints, r.lo), pc.greater(ints, r.hi)), False)
+            bad = pc.fill_null(_outside(child, f.type, r), False)
             if pc.any(bad).as_py():
+                ints = child.cast(_storage(f.type))
                 logical = table.column(f.name).type if f.name in table.column_names else ""
                 texts = [None if not b else f"{name}.{f.name} = {_text(f.type, logical, v)!r} is not carried: "
                          f"{target} holds {logical or f.type} values from {_text(f.type, logical, r.lo)} to "

@@ -326,7 +326,7 @@ class PostgresTarget:  # implements targets.base.Target
             return out
 
     def delete_orphans(self, table: TableSchema, source: str, keep, below: Position,
-                       until: Position, in_source=None) -> int | None:
+                       until: Position, in_source=None, before_delete=None) -> int | None:
         """Delete the rows a full-table dump proved absent from the source: ``_dblog_pos``
         below ``below`` and key not in ``keep`` (an Arrow table of the key columns).
         Only once every event below ``until`` is applied, checked under the table's lock;
