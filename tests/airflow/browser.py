@@ -87,5 +87,11 @@ class UI:
         return form.locator(f"[name=element_{param}]")
 
     @staticmethod
+    def switch(form, param: str):
+        """A boolean param's switch by its param's name: the label around its hidden checkbox
+        (``element_<param>``), what a click toggles."""
+        return form.locator(f"label:has(input[name=element_{param}])")
+
+    @staticmethod
     def trigger_button(form):
         return form.get_by_role("button", name="Trigger", exact=True)

@@ -75,9 +75,9 @@ class DBLogSetup:
         from airflow_provider_dblog.engine.sources import open_source
         return open_source(self.config.source())
 
-    def target(self):
+    def target(self, name: str | None = None):
         from airflow_provider_dblog.engine.targets import open_target
-        return open_target(self.config.target())
+        return open_target(self.config.target(name))
 
     def execute(self, sql: str, args=None) -> None:
         with self.sdb.cursor() as cur:
@@ -211,7 +211,7 @@ class Deployment:
 
     def damage_items(self, corrupt_id: int, delete_id: int) -> None:
         """Damage the target behind the source's back: one row changed, one deleted."""
-        table, target = self.target_items(), self.setup.target()
+        table, target = self.target_items(), self.setup.target("tgt")
         try:
             with target.conn.cursor() as cur:
                 cur.execute(f"UPDATE {table} SET name = 'corrupt' WHERE id = %s", (corrupt_id,))
@@ -220,7 +220,7 @@ class Deployment:
         finally:
             target.conn.close()
 
-    def compare(self, table: str):
+    def compare(self, table: str, target: str = "tgt"):
         from airflow_provider_dblog.engine.targets import target_table_name
         from airflow_provider_dblog.engine.verify import compare_source_target
         cfg = self.setup.config
@@ -229,15 +229,15 @@ class Deployment:
             schema = source.table_schema(table)
         finally:
             source.close()
-        return compare_source_target(cfg.source(), cfg.target(), schema, target_table_name(schema))
+        return compare_source_target(cfg.source(), cfg.target(target), schema, target_table_name(schema))
 
 
 @contextlib.contextmanager
-def deployed(tmp_path_factory, apply_schedule, name: str = "running-airflow", extra_dags: bool = True):
-    """A running Airflow serving dblog's DAGs for a fresh MariaDB set-up with ``RUNNING_TABLES``
-    (tail runs of ``TAIL_RUN_SECONDS``, the apply DAG on ``apply_schedule``), plus with
-    ``extra_dags`` a chunk DAG with the deferrable HW sensor and a DAG scheduled on the
-    ``items`` Asset. Every DAG starts paused. Everything is removed afterwards."""
+def deployed(tmp_path_factory, apply_schedule, name: str = "running-airflow", extra_dags=True, lake=False):
+    """A running Airflow serving dblog's DAGs for a fresh MariaDB set-up with ``RUNNING_TABLES`` (tail runs
+    of ``TAIL_RUN_SECONDS``, the apply DAGs on ``apply_schedule``), with ``lake`` a Delta target ``lake`` (and
+    changelog tables) beside ``tgt``, with ``extra_dags`` a chunk DAG with the deferrable HW sensor and a DAG
+    scheduled on the ``items`` Asset. Every DAG starts paused. Everything is removed afterwards."""
     import redis
     import yaml
 
@@ -254,7 +254,9 @@ def deployed(tmp_path_factory, apply_schedule, name: str = "running-airflow", ex
         raw = yaml.safe_load(setup.path.read_text())
         # chunked dump DAGs (the default) with two chunk groups per run, to show a run continue
         raw["airflow"] = {"tail_run_seconds": TAIL_RUN_SECONDS, "apply_schedule": apply_schedule,
-                          "chunks_per_run": 2}
+                          "chunks_per_run": 2, "maintain_schedule": None}  # maintenance only when triggered
+        if lake:
+            raw["targets"]["lake"] = {"kind": "delta", "source": "src", "path": str(root / "lake"), "changelog": True}
         raw["dump"]["window_timeout_s"] = 300  # the deferral test holds the tail back a while
         setup.path.write_text(yaml.safe_dump(raw))
         setup.execute("INSERT INTO chunked SELECT seq, 0 FROM seq_1_to_50")
@@ -301,7 +303,7 @@ class SharedAirflow:
         if self.error is not None:
             pytest.fail(f"the shared running Airflow did not start: {self.error!r}", pytrace=False)
         if self.deployment is None:
-            cm = deployed(self.tmp_path_factory, apply_schedule=None)
+            cm = deployed(self.tmp_path_factory, apply_schedule=None, lake=True)
             try:
                 self.deployment = cm.__enter__()  # (a failed start has cleaned up after itself)
             except BaseException as e:
@@ -348,15 +350,15 @@ def _shared_airflow(servers, tmp_path_factory):
 
 @pytest.fixture
 def running_airflow(_shared_airflow, request):
-    """One running Airflow for every test that asks for it, in any module (test_running_airflow.py,
-    test_browser_forms.py): api-server, scheduler, dag-processor, triggerer; started for the
-    first such test and stopped after the last of a run of them (``SharedAirflow``), so it never
-    runs beside the rest of the suite, whose timings it would disturb. Its dags folder holds the
-    factory's DAGs for a MariaDB set-up with ``RUNNING_TABLES`` (tail runs of
-    ``TAIL_RUN_SECONDS``, apply only when triggered), a chunk DAG with the deferrable HW sensor
-    and a DAG scheduled on the ``items`` Asset. Every DAG starts paused. The tests share the
-    set-up, each on rows of its own; between two modules, every run the first triggered has
-    ended before the second's tests start."""
+    """One running Airflow for every test that asks for it, in any module (test_browser_forms.py,
+    test_running_*.py): api-server, scheduler, dag-processor, triggerer; started for the first
+    such test and stopped after the last of a run of them (``SharedAirflow``), so it never runs
+    beside the rest of the suite, whose timings it would disturb. Its dags folder holds the
+    factory's DAGs for a MariaDB set-up with ``RUNNING_TABLES``, targets ``tgt`` (PostgreSQL) and
+    ``lake`` (Delta), tail runs of ``TAIL_RUN_SECONDS``, apply only when triggered; a chunk DAG
+    with the deferrable HW sensor and a DAG scheduled on the ``items`` Asset. Every DAG starts
+    paused. The tests share the set-up, each on rows of its own; between two modules, every run
+    the first triggered has ended before the second's tests start."""
     return _shared_airflow.get(request.module)
 
 

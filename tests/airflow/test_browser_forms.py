@@ -2,8 +2,8 @@
 Chromium (tests/airflow/browser.py) on a running Airflow's UI (the ``running_airflow`` fixture),
 a user who logs in, opens a DAG's Trigger form, fills it with the mouse and keyboard and
 presses Trigger. The runs it creates are checked through the REST API and the target database.
-The Airflow and its dblog set-up are shared with test_running_airflow.py: the rows written here
-are ids 201-260 of ``items``, and each test looks only at the runs it created.
+The Airflow and its dblog set-up are shared with test_running_*.py: the rows written here are
+ids 201-270 of ``items``, and each test looks only at the runs it created.
 
 Screenshots of each step: ``.artifacts/browser/`` (or ``$DBLOG_TEST_ARTIFACTS``); a failed test
 also leaves its page's screenshot and HTML there.
@@ -19,6 +19,9 @@ from helpers import wait_until
 REPAIR = "dblog_repair__src"
 APPLY = "dblog_apply__tgt"
 CONTROL = "dblog_dump_control__src"
+APPLY_LAKE = "dblog_apply__lake"
+MAINTAIN = "dblog_maintain__lake"
+REPAIR_TASKS = ("create_request", "dump", "apply__tgt", "apply__lake")  # a repair applies every target
 RUN_TIMEOUT = 600  # a repair runs Spark (local[2]) on a loaded 2-core machine
 
 
@@ -69,11 +72,11 @@ def run_ids(api, dag_id: str) -> set[str]:
     return {r["dag_run_id"] for r in api.runs(dag_id)}
 
 
-def see_run_state(ui: UI, dag_id: str, run_id: str, state: str) -> None:
+def see_run_state(ui: UI, dag_id: str, run_id: str, state: str, task: str = "create_request") -> None:
     """The run's page shows the state (its badge), after the REST API reported it."""
     from playwright.sync_api import expect
     ui.page.goto(f"{ui.url}/dags/{dag_id}/runs/{run_id}")
-    ui.page.get_by_role("cell", name="create_request").wait_for()
+    ui.page.get_by_role("cell", name=task, exact=True).wait_for()  # (not the operator's cell)
     expect(ui.page.get_by_text(state, exact=True).first).to_be_visible()
 
 
@@ -110,8 +113,7 @@ def test_a_keys_repair_from_the_form_fixes_the_target(deployment, ui):
     sizes = {"chunk_size": d.setup.config.dump.chunk_size, "parallelism": d.setup.config.dump.parallelism}
     assert run["conf"] == {"scope": "keys", "table": d.items, "keys": "207\n208", "where": None} | sizes, run["conf"]
     assert api.wait_run(REPAIR, run["dag_run_id"], RUN_TIMEOUT) == "success"
-    assert api.task_states(REPAIR, run["dag_run_id"]) == dict.fromkeys(
-        ("create_request", "dump", "apply__tgt"), "success")
+    assert api.task_states(REPAIR, run["dag_run_id"]) == dict.fromkeys(REPAIR_TASKS, "success")
     diff = d.compare(d.items)
     assert diff.equal, diff.describe()
     see_run_state(ui, REPAIR, run["dag_run_id"], "Success")
@@ -145,8 +147,8 @@ def test_keys_that_are_not_integers_fail_the_run_at_create_request(running_airfl
 
     run_id = new_ui_run(api, REPAIR, before)["dag_run_id"]
     assert api.wait_run(REPAIR, run_id) == "failed"
-    assert api.task_states(REPAIR, run_id) == {"create_request": "failed", "dump": "upstream_failed",
-                                               "apply__tgt": "upstream_failed"}
+    assert api.task_states(REPAIR, run_id) == {"create_request": "failed"} | dict.fromkeys(
+        REPAIR_TASKS[1:], "upstream_failed")
     assert "not an integer" in api.task_log(REPAIR, run_id, "create_request")
     see_run_state(ui, REPAIR, run_id, "Failed")
     ui.shot("run-failed")
@@ -167,3 +169,32 @@ def test_the_control_form_cannot_be_submitted_without_a_request_id(running_airfl
     expect(ui.trigger_button(form)).to_be_enabled()
     expect(form.get_by_text("This field is required")).to_be_hidden()
     assert run_ids(api, CONTROL) == before
+
+
+def test_the_maintenance_form_of_the_lake_target_runs_a_dry_run_of_one_table(deployment, ui):
+    """``dblog_maintain__lake``'s form: a table typed, Dry run switched on, Trigger; the run
+    counts the Delta table's files and changes nothing."""
+    from airflow_provider_dblog.engine.targets import target_table_name
+    d, api = deployment, deployment.api
+    d.setup.execute("INSERT INTO items VALUES (261, 'lake', 1)")  # the Delta table exists, with a commit
+    d.drain()
+    assert api.run_dag(APPLY_LAKE)[1:] == ("success", {"apply": "success"})
+
+    before = run_ids(api, MAINTAIN)
+    form = ui.open_trigger_form(MAINTAIN)
+    ui.field(form, "tables").fill(d.items)
+    ui.switch(form, "dry_run").click()
+    ui.shot("filled-form")
+    ui.trigger_button(form).click()
+
+    run = new_ui_run(api, MAINTAIN, before)
+    assert run["triggered_by"] == "ui" and run["triggering_user_name"] == USER, run
+    assert run["conf"] == {"tables": d.items, "retention_hours": 168, "dry_run": True, "z_order": False}, run["conf"]
+    assert api.wait_run(MAINTAIN, run["dag_run_id"], RUN_TIMEOUT) == "success"
+    result = api.xcom(MAINTAIN, run["dag_run_id"], "maintain")
+    report = result["tables"][target_table_name(d.items)]
+    assert result["status"] == "dry run" and list(result["tables"]) == [target_table_name(d.items)], result
+    assert report["dry_run"] and report["files_after"] == report["files_before"] >= 1, report
+    assert report["version_after"] == report["version_before"], report  # no commit
+    see_run_state(ui, MAINTAIN, run["dag_run_id"], "Success", task="maintain")
+    ui.shot("run-succeeded")

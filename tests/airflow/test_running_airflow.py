@@ -5,9 +5,11 @@ v2 as a user's script or the UI would: forms submitted with their defaults, runs
 states, task logs, XComs, Asset events, and a sensor deferred in the real triggerer.
 
 The tests share one Airflow and one dblog set-up (tables ``items`` and ``chunked``, the
-continuous tail DAG running through them) with test_browser_forms.py, which run just before
-them (tests/airflow/conftest.py, ``running_airflow``); each works on rows of its own (here ids
-1-100 and from 9001 of ``items``, and ``chunked``; the browser's ids 201-260 of ``items``).
+continuous tail DAG running through them, targets ``tgt`` and the Delta ``lake``) with
+test_browser_forms.py and test_running_lake.py, which run just before and after them
+(tests/airflow/conftest.py, ``running_airflow``); each works on rows of its own (here ids
+1-100 and from 9001 of ``items``, and ``chunked``; the browser's ids 201-270 of ``items``, the
+lake's 5001-5100).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ CONTROL = "dblog_dump_control__src"
 CHUNK = "dblog_test_chunk"
 CONSUMER = "dblog_test_consumer"
 CHUNK_GROUP = ("select", "wait_hw", "reconcile")
+REPAIR_TASKS = ("create_request", "dump", "apply__tgt", "apply__lake")  # a repair applies every target
 RUN_TIMEOUT = 600  # a repair runs Spark (local[2]) on a loaded 2-core machine
 
 
@@ -51,13 +54,14 @@ def test_the_tail_runs_continuously_and_a_keys_repair_from_the_form_fixes_the_ta
 
     # the form's defaults (scope "table", the first table, sizes from the config) plus the keys
     run_id, state, tasks = api.run_dag(REPAIR, {"scope": "keys", "keys": "7\n8"}, timeout=RUN_TIMEOUT)
-    assert (state, tasks) == ("success", {"create_request": "success", "dump": "success",
-                                          "apply__tgt": "success"}), (state, tasks)
+    assert (state, tasks) == ("success", dict.fromkeys(REPAIR_TASKS, "success")), (state, tasks)
     request_id = api.xcom(REPAIR, run_id, "create_request")
     request = d.setup.state().request(request_id)
     assert request["status"] == "done" and request["spec"]["tables"] == [d.items], request
     assert request["spec"]["scope"] == "keys" and len(request["spec"]["keys"]) == 2, request
     diff = d.compare(d.items)
+    assert diff.equal, diff.describe()
+    diff = d.compare(d.items, "lake")  # the repair's apply__lake: the log so far, the Delta table made if new
     assert diff.equal, diff.describe()
 
     # @continuous: a tail run ends after tail_run_seconds and the scheduler starts the next
@@ -78,8 +82,8 @@ def test_a_bad_repair_fails_at_create_request_with_the_message_and_nothing_runs_
     state = d.setup.state()
     requests_before, watermark_before = state.requests(100), watermark_rows(d)
     run_id, run_state, tasks = api.run_dag(REPAIR, conf, timeout=RUN_TIMEOUT)
-    assert (run_state, tasks) == ("failed", {"create_request": "failed", "dump": "upstream_failed",
-                                             "apply__tgt": "upstream_failed"}), (run_state, tasks)
+    assert (run_state, tasks) == ("failed", {"create_request": "failed"} | dict.fromkeys(
+        REPAIR_TASKS[1:], "upstream_failed")), (run_state, tasks)
     assert words in api.task_log(REPAIR, run_id, "create_request")
     assert state.requests(100) == requests_before
     assert watermark_rows(d) == watermark_before  # the source was not written to
@@ -206,7 +210,7 @@ def test_a_quarantined_table_shows_in_the_apply_task_and_a_repair_from_the_form_
     REPLACE TABLE, here with the same shape, and the same rows written again, so the other
     tests see the same table): the apply task still succeeds, its result and log name the
     quarantine and the fix, the other table flows; a repair of the table from the form
-    (scope "table") releases it, and the target equals the source."""
+    (scope "table") releases it, and both targets equal the source."""
     from airflow_provider_dblog.engine.quarantine import quarantined
     d, api = deployment, deployment.api
     d.setup.execute("CREATE OR REPLACE TABLE chunked (id INT PRIMARY KEY, v INT NOT NULL)")
@@ -222,9 +226,9 @@ def test_a_quarantined_table_shows_in_the_apply_task_and_a_repair_from_the_form_
     assert list(quarantined(d.setup.state())) == [d.chunked]
 
     run_id, state, tasks = api.run_dag(REPAIR, {"scope": "table", "table": d.chunked}, timeout=RUN_TIMEOUT)
-    assert (state, tasks) == ("success", {"create_request": "success", "dump": "success",
-                                          "apply__tgt": "success"}), (state, tasks)
+    assert (state, tasks) == ("success", dict.fromkeys(REPAIR_TASKS, "success")), (state, tasks)
     apply_now(d)
     assert quarantined(d.setup.state()) == {}
-    diff = d.compare(d.chunked)
-    assert diff.equal, diff.describe()
+    for target in ("tgt", "lake"):  # the repair rebuilt the Delta table too
+        diff = d.compare(d.chunked, target)
+        assert diff.equal, (target, diff.describe())
