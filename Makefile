@@ -17,7 +17,7 @@ RUN_ENV := env \
 	PYSPARK_DRIVER_PYTHON=$(PY) \
 	PATH="$(VENV)/bin:$$PATH"
 
-PYTEST_ARGS ?= -q
+PYTEST_ARGS ?= -q --durations=30
 TESTS ?= tests
 
 .PHONY: bootstrap demo test bench chaos fuzz-schema airflow servers-start servers-stop servers-status

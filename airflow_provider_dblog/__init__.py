@@ -40,6 +40,7 @@ def get_provider_info() -> dict:
             "airflow_provider_dblog.operators.reconcile",
             "airflow_provider_dblog.operators.apply",
             "airflow_provider_dblog.operators.maintain",
+            "airflow_provider_dblog.operators.verify",
         ]}],
         "sensors": [{"integration-name": "DBLog", "python-modules": [
             "airflow_provider_dblog.sensors.watermark",

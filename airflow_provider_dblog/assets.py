@@ -23,6 +23,12 @@ def lake_table_asset(target: str, table: str, uri: str) -> Asset:
     return Asset(uri=uri, name=f"dblog.{target}.{db}.{name}", group="dblog")
 
 
+def verify_asset(target: str) -> Asset:
+    """The Asset a target's verifications add events to (``DBLogVerifyOperator``): ``extra``
+    has the counts per table; a DAG that acts on a verified target schedules on it."""
+    return Asset(uri=f"dblog-verify://{target}", name=f"dblog.verify.{target}", group="dblog")
+
+
 def apply_alias(target: str) -> AssetAlias:
     """The outlet of a target's apply task: it resolves to the table Assets whose rows that
     run changed (``DBLogApplyOperator`` adds one event per changed table)."""

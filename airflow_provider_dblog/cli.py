@@ -152,6 +152,21 @@ def cmd_apply(cfg: Config, args) -> int:
     return 0
 
 
+def cmd_verify(cfg: Config, args) -> int:
+    """Compare a target with its source under writes (engine/verify_run.py): the report as
+    JSON; exit 1 when a table differs (and --repair did not make it equal)."""
+    from .engine.jobs import run_spark_job
+    from .engine.verify_run import run_verify
+    tcfg = cfg.target(args.target)
+    spec = _spec_from_args(args)
+    via = args.via if args.via != "auto" else "local" if spec.by_keys else "spark"
+    out = run_verify(cfg, tcfg.name, spec, repair=args.repair, via=via, wait_s=args.wait,
+                     run_spark=lambda rid: run_spark_job(cfg, "dump_job", ["--config", cfg.path, "--source",
+                                                                           tcfg.source, "--request", rid]))
+    print(json.dumps(out, indent=2, default=str))
+    return 0 if out["equal"] or out.get("repaired") else 1
+
+
 def cmd_maintain(cfg: Config, args) -> int:
     """Compaction and vacuum of a lake target's tables (engine/maintain.py), one JSON line
     per table with its file counts before and after. A PostgreSQL target: nothing to do."""
@@ -211,10 +226,13 @@ def status(cfg: Config, source_name: str | None = None) -> dict:
     # per table, the newest full dump's orphan sweep and which targets ran it (engine/sweep.py)
     out["orphan_sweeps"] = {t: {**sw, "done_by": state.sweeps_done(t)}
                             for t in src_cfg.tables if (sw := state.sweep(t)) is not None}
+    # per table and target, the last verification (engine/verify_run.py)
+    from .engine.verify_run import last_verifications
+    out["verifications"] = last_verifications(state)
     for rid in state.requests(10):
         req = state.request(rid)
         out["requests"].append({"id": rid, "status": req["status"], "error": req.get("error", ""),
-                                "runner": state.lease_holder(rid),
+                                "runner": state.lease_holder(rid), "verify": req["spec"].get("verify"),
                                 "scope": req["spec"]["scope"], "tables": {
                                     t: state.progress(rid, t) for t in req["spec"]["tables"]}})
     return out
@@ -282,6 +300,23 @@ def build_parser() -> argparse.ArgumentParser:
         f = sub.add_parser(action, help=f"{action} a dump request")
         f.add_argument("request")
         f.set_defaults(func=cmd_control, action=action)
+    v = sub.add_parser("verify", help="compare a target with its source while both change (exit 1: it differs)")
+    g = v.add_mutually_exclusive_group()
+    g.add_argument("--all", action="store_true", help="every configured table (the default: name --all or --table)")
+    g.add_argument("--table", help="one table, as db.table")
+    v.add_argument("--target", help="the target to compare (default: the only one)")
+    v.add_argument("--keys", help="only these keys (the syntaxes of dump --keys)")
+    v.add_argument("--keys-file", help="a file holding that list")
+    v.add_argument("--where", help="only the rows this condition selects now (as dump --where)")
+    v.add_argument("--chunk-size", type=int)
+    v.add_argument("--parallelism", type=int)
+    v.add_argument("--repair", action="store_true",
+                   help="dump, apply and verify again exactly the keys that differ")
+    v.add_argument("--via", choices=("auto", "local", "spark"), default="auto",
+                   help="where the chunks are read: auto (default) = in-process for keys/--where, else Spark")
+    v.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
+                   help="how long to wait for the target's apply to pass the chunks' HW (default 600)")
+    v.set_defaults(func=cmd_verify)
     a = sub.add_parser("apply", help="apply the event log to a target (in-process when small, else on Spark)")
     a.add_argument("--target")
     a.add_argument("--tables", help="comma-separated db.table list (default: all)")

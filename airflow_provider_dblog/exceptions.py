@@ -20,3 +20,8 @@ class DBLogWindowFailed(AirflowException):
 class DBLogSparkConnectionError(AirflowFailException):
     """The Spark connection is missing or does not resolve to a Spark master (the Spark
     provider would silently fall back to YARN): fail at once, no retry."""
+
+
+class DBLogVerificationFailed(AirflowFailException):
+    """A verification found the target different from its source (and did not repair it):
+    the run fails, the report in the task log (a retry would find the same)."""

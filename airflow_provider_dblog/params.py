@@ -47,3 +47,17 @@ def spec_from_params(params: dict) -> DumpSpec:
     scope = params.get("scope")
     return parse_spec(scope, None if scope == "all" else params.get("table"), params.get("keys"),
                       params.get("where"), params.get("chunk_size"), params.get("parallelism"))
+
+
+def verify_params(config: Config, source: str) -> dict[str, Param]:
+    """The verification form (``dblog_verify__<source>``): what to compare (the repair form's
+    scope, table, keys and condition) and whether to repair what differs."""
+    fields = repair_params(config, source)
+    fields["scope"] = Param("all", enum=list(SCOPES), title="What to verify",
+                            description="all: every configured table; table: one table; keys: a list of "
+                                        "primary keys; where: the rows matching a condition",
+                            values_display={"all": "All tables", "table": "One table",
+                                            "keys": "A list of primary keys", "where": "Rows matching a condition"})
+    return {k: fields[k] for k in ("scope", "table", "keys", "where")} | {
+        "repair": Param(False, type="boolean", title="Repair",
+                        description="Dump, apply and verify again exactly the keys that differ.")}

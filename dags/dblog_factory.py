@@ -36,6 +36,7 @@ from airflow.sdk import DAG, Param, TaskGroup, task
 
 from airflow_provider_dblog.assets import apply_ready_asset
 from airflow_provider_dblog.engine.config import load_config
+from airflow_provider_dblog.engine.targets.base import MIN_RETENTION_HOURS
 from airflow_provider_dblog.operators.apply import DBLogApplyOperator
 from airflow_provider_dblog.operators.chunk import DBLogChunkDumpOperator
 from airflow_provider_dblog.operators.dump import (DBLogCreateDumpOperator, DBLogDumpControlOperator,
@@ -43,12 +44,14 @@ from airflow_provider_dblog.operators.dump import (DBLogCreateDumpOperator, DBLo
 from airflow_provider_dblog.operators.maintain import DBLogMaintainOperator
 from airflow_provider_dblog.operators.reconcile import DBLogReconcileOperator
 from airflow_provider_dblog.operators.tail import DBLogTailOperator
-from airflow_provider_dblog.params import repair_params
+from airflow_provider_dblog.operators.verify import DBLogVerifyOperator
+from airflow_provider_dblog.params import repair_params, verify_params
 from airflow_provider_dblog.sensors.watermark import DBLogHighWatermarkSensor
 
 START = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
 DEFAULTS = {"tail_run_seconds": 60, "apply_schedule": "event", "spark_conn_id": "spark_default",
-            "chunks_per_run": None, "dump_dag": "chunks", "maintain_schedule": "@daily"}
+            "chunks_per_run": None, "dump_dag": "chunks", "maintain_schedule": "@daily",
+            "verify_schedule": "@daily"}
 LAKE_KINDS = ("delta", "iceberg")
 EVENT = "event"
 DUMP_DAGS = ("chunks", "application")
@@ -70,6 +73,7 @@ def _options(path: str) -> dict:
         raise ValueError(f"{path}: airflow.chunks_per_run must be a whole number >= 1 or null, not {runs!r}")
     _check_schedule(path, opts["apply_schedule"])
     _check_schedule(path, opts["maintain_schedule"], "maintain_schedule")
+    _check_schedule(path, opts["verify_schedule"], "verify_schedule")
     return opts
 
 
@@ -180,6 +184,8 @@ def build_dags(config_path: str) -> dict[str, DAG]:
                                      request_id="{{ params.request_id }}", action="{{ params.action }}")
         dags[d.dag_id] = d
 
+        dags.update(_verify_dag(cfg, config_path, source.name, opts))
+
     for target in cfg.targets.values():
         with DAG(f"dblog_apply__{target.name}", schedule=_apply_schedule(opts, target.name, config_path),
                  start_date=START,
@@ -198,15 +204,39 @@ def build_dags(config_path: str) -> dict[str, DAG]:
     return dags
 
 
+def _verify_dag(cfg, config_path: str, source: str, opts: dict) -> dict[str, DAG]:
+    """A task per target of the source: each compares its target with the source under writes."""
+    targets = [t for t in cfg.targets.values() if t.source == source]
+    if not targets:
+        return {}
+    with DAG(f"dblog_verify__{source}", schedule=opts["verify_schedule"], start_date=START, catchup=False,
+             max_active_runs=1, tags=["dblog", f"source:{source}", "verify"], render_template_as_native_obj=True,
+             description=f"Verifies every target of {source} against it (and repairs, if asked)",
+             params=verify_params(cfg, source),
+             doc_md=f"**Verify** each target of **{source}** while both keep changing: chunks read in "
+                    "watermark windows, each target read once past them, keys the log changed meanwhile "
+                    "left out (no false positives). A target that differs fails its task with the report "
+                    "in the log; *Repair* dumps, applies and verifies again exactly the keys that differ. "
+                    "Each task adds an event to `dblog-verify://<target>` with the counts per table.") as d:
+        for target in targets:
+            DBLogVerifyOperator(task_id=f"verify__{target.name}", config_path=config_path, target=target.name,
+                                scope="{{ params.scope }}", table="{{ params.table }}", keys="{{ params.keys }}",
+                                where="{{ params.where }}", repair="{{ params.repair }}",
+                                conn_id=opts["spark_conn_id"])
+    return {d.dag_id: d}
+
+
 def _maintain_dag(config_path: str, target, opts: dict) -> dict[str, DAG]:
     with DAG(f"dblog_maintain__{target.name}", schedule=opts["maintain_schedule"], start_date=START,
              catchup=False, max_active_runs=1, tags=["dblog", f"target:{target.name}", "maintenance"],
              description=f"Compacts and cleans up the {target.kind} tables of {target.name}",
              params={"tables": Param("", type="string", title="Tables",
                                      description="Comma-separated db.table names; empty: every table."),
-                     "retention_hours": Param(168, type="integer", minimum=1, title="Retention (hours)",
+                     "retention_hours": Param(168, type="integer", minimum=MIN_RETENTION_HOURS[target.kind],
+                                              title="Retention (hours)",
                                               description="Time travel kept: older snapshots and unreferenced "
-                                                          "files go."),
+                                                          f"files go ({target.kind}: at least "
+                                                          f"{MIN_RETENTION_HOURS[target.kind]} h)."),
                      "dry_run": Param(False, type="boolean", title="Dry run", description="Count only."),
                      "z_order": Param(False, type="boolean", title="Z-order (Delta)",
                                       description="Rewrite the table clustered by its key.")},

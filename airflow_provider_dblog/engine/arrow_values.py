@@ -7,7 +7,7 @@ values (``FarDate`` / ``FarTimestamp`` included) to and from a logical type's Ar
 from __future__ import annotations
 
 import base64
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +17,9 @@ from .errors import UncarriedValueError
 from .logical_types import arrow_type
 from .values import (NUMERIC_TEXT, date_days, date_from_days, numeric_text, parse_mysql_datetime, parse_pg_date,
                      parse_pg_timestamp, timestamp_from_us, timestamp_us)
+
+if TYPE_CHECKING:
+    from .schema import TableSchema
 
 
 # -- vectorized text -> Arrow --------------------------------------------------------
@@ -137,3 +140,13 @@ def encode_row(columns: dict[str, str], values: dict[str, Any]) -> str:
 def decode_row(text: str) -> pa.Table:
     """The inverse of :func:`encode_row`: a one-row Arrow table."""
     return pa.ipc.open_stream(base64.b64decode(text)).read_all()
+
+
+def arrow_rows(table: TableSchema, data: pa.Table) -> Iterator[tuple]:
+    """Arrow rows of ``table``'s columns (a lake table's, a chunk's) in the form the source
+    side gives: dates and timestamps through their integers (:func:`from_arrow`), so a
+    value Python's datetime cannot hold (BC, past 9999, ±infinity) compares exactly as a
+    FarDate / FarTimestamp instead of raising OverflowError."""
+    types = [c.type for c in table.columns]
+    for batch in data.select(table.column_names).to_batches(20_000):
+        yield from zip(*(from_arrow(t, c) for t, c in zip(types, batch.columns)))

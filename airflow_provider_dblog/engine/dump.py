@@ -35,6 +35,7 @@ from typing import Callable, Iterator, Protocol
 import pyarrow as pa
 import redis
 
+from .chunk_plan import ChunkPlanner
 from .chunks import MISSING_SHOWN, ChunkTask, DumpSummary, check_advance, fail_window, missing_note  # noqa: F401
 from .config import DumpConfig
 from .errors import (ChunkShapeChangedError, ConfigError, DumpCancelledError, DumpPausedError, LeaseLostError,
@@ -244,65 +245,10 @@ class DumpRunner:
             raise
         return window, abandoned
 
-    # -- planning ------------------------------------------------------------
+    # -- planning (chunk_plan.py) -----------------------------------------------
     def next_chunk(self, rid: str) -> ChunkTask | None:
         """The request's next chunk, from the progress of its last completed chunk."""
-        spec = self.spec(rid)
-        for table in spec.tables:
-            schema = self.source.table_schema(table)
-            task = (self._next_keys(rid, spec, schema) if spec.by_keys
-                    else self._next_range(rid, spec, schema))
-            if task is not None:
-                return task
-        return None
-
-    def _next_range(self, rid: str, spec: DumpSpec, schema: TableSchema) -> ChunkTask | None:
-        progress = self.state.progress(rid, schema.qualified)
-        if progress.get("done"):
-            return None
-        if "max_key" not in progress:  # captured once, when the table's dump starts
-            # the log head before the max key read bounds the orphan sweep (sweep.py)
-            before, _ = self.source.current_resume()
-            top = self.source.max_key(schema)
-            progress = {"max_key": schema.encode_key(top) if top is not None else None, "last_key": None,
-                        "chunks": 0, "rows": 0, "dropped": 0, "started_at": time.time(),
-                        "head_before": before.encode()}
-            self.state.save_progress(rid, schema.qualified, progress)
-        if progress["max_key"] is None:
-            return self._table_done(rid, schema, progress, end_read=True)
-        upto = schema.decode_key(progress["max_key"])
-        after = schema.decode_key(progress["last_key"]) if progress["last_key"] else None
-        plan = self.source.plan_chunk(schema, after, upto, spec.chunk_size, spec.parallelism)
-        if plan is None:  # the rows up to the max key are gone
-            return self._table_done(rid, schema, progress, end_read=True)
-        return ChunkTask(rid, schema.qualified, predicates=self.source.range_predicates(schema, plan),
-                         end=schema.encode_key(plan.end), last=plan.end == upto)
-
-    def _next_keys(self, rid: str, spec: DumpSpec, schema: TableSchema) -> ChunkTask | None:
-        progress = self.state.progress(rid, schema.qualified)
-        if progress.get("done"):
-            return None
-        if not progress:
-            progress = {"done_keys": 0, "chunks": 0, "rows": 0, "dropped": 0, "missing": [],
-                        "missing_count": 0, "started_at": time.time()}
-            self.state.save_progress(rid, schema.qualified, progress)
-        start = progress["done_keys"]
-        if start >= len(spec.keys):
-            return self._table_done(rid, schema, progress)
-        batch = spec.keys[start:start + spec.chunk_size]
-        return ChunkTask(rid, schema.qualified, keys=batch, last=start + len(batch) >= len(spec.keys))
-
-    def _table_done(self, rid: str, schema: TableSchema, progress: dict, end_read: bool = False) -> None:
-        """``end_read``: a read of the source just found no more rows (the sweep waits for
-        the log up to here)."""
-        if end_read and "head_before" in progress:
-            progress["head_end"] = self.source.current_resume()[0].encode()
-        progress["done"] = True
-        self.state.save_progress(rid, schema.qualified, progress)
-        sweep = orphan_sweep(rid, schema.qualified, progress)
-        if sweep is not None:
-            self.state.add_sweep(sweep)
-        return None
+        return ChunkPlanner(self.source, self.state).next_chunk(rid, self.spec(rid))
 
     # -- one chunk: Algorithm 1 steps 2-4, then 6-7 ----------------------------
     # -- 3. the select, 4. the HW ---------------------------------------------------------
@@ -357,7 +303,11 @@ class DumpRunner:
         in_window = self.store.read_range(schema, lw, hw)
         result = reconcile(schema, rows, in_window, hw, requested_keys=requested)
         self._check_lease()
-        self.store.write_snapshot(schema, hw, result.events)
+        verifying = self.spec(task.request).verify
+        if verifying:   # a verification: the rows as of the HW kept for its comparison (verify_run.py)
+            self.store.write_verified(task.request, schema, lw, hw, result.events)
+        else:
+            self.store.write_snapshot(schema, hw, result.events)
         progress = self.state.progress(task.request, task.table)
         progress["chunks"] += 1
         progress["rows"] += result.kept
@@ -377,7 +327,7 @@ class DumpRunner:
                   "lw": lw.encode(), "hw": hw.encode(),
                   # hw_wait_s: until the tail had the HW durable; finish_s: all of this step
                   "hw_wait_s": round(hw_wait, 3), "finish_s": round(time.monotonic() - t0, 3)}
-        sweep = orphan_sweep(task.request, task.table, progress) if task.last else None
+        sweep = orphan_sweep(task.request, task.table, progress) if task.last and not verifying else None
         self.state.complete_chunk(task.request, task.table, progress, window, detail, sweep,
                                   lease_token=self.lease.token if self.lease is not None else None)
         self.store.remove_chunk(task.request, task.table, window.id)

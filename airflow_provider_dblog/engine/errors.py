@@ -111,3 +111,9 @@ class TargetShapeError(TargetValueError):
     """A table whose shape one target cannot hold exactly (a lake table: two column names one
     format takes as one, a key it cannot match or identify by): that table is held on that
     target (the run's other tables and targets go on) until its shape or the config changes."""
+
+
+class VerificationError(DBLogError):
+    """A verification cannot compare a table: its target has not applied up to the chunks'
+    HW in time (its apply not running, the table held or quarantined), or names another
+    source."""

@@ -107,7 +107,7 @@ def releasing_dump(state, table: str, after: Position, look_back: int = 200) -> 
         if req is None:
             continue
         spec = req["spec"]
-        if spec["scope"] not in ("all", "table") or table not in spec["tables"]:
+        if spec["scope"] not in ("all", "table") or table not in spec["tables"] or spec.get("verify"):
             continue
         progress = state.progress(rid, table)
         if progress.get("done") and progress.get("head_before") and Position.decode(progress["head_before"]) > after:

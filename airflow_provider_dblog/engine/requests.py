@@ -27,15 +27,18 @@ class DumpSpec:
     chunk_size: int | None = None
     parallelism: int | None = None
     where: str | None = None  # scope "where": resolved to a key list when submitted
+    # a verification against this target (engine/verify_run.py): the chunks' rows are kept
+    # for the comparison, not written as snapshot events; no orphan sweep, no quarantine release
+    verify: str | None = None
 
     def to_dict(self) -> dict:
-        return {"scope": self.scope, "tables": self.tables, "keys": self.keys,
-                "chunk_size": self.chunk_size, "parallelism": self.parallelism, "where": self.where}
+        return {"scope": self.scope, "tables": self.tables, "keys": self.keys, "chunk_size": self.chunk_size,
+                "parallelism": self.parallelism, "where": self.where} | ({"verify": self.verify} if self.verify else {})
 
     @classmethod
     def from_dict(cls, d: dict) -> "DumpSpec":
         return cls(d["scope"], list(d["tables"]), list(d.get("keys") or []),
-                   d.get("chunk_size"), d.get("parallelism"), d.get("where"))
+                   d.get("chunk_size"), d.get("parallelism"), d.get("where"), d.get("verify"))
 
     @property
     def by_keys(self) -> bool:
@@ -157,7 +160,8 @@ def validate_spec(source: Source, spec: DumpSpec, defaults: DumpConfig) -> DumpS
         for t in tables:
             source.table_schema(t)  # raises for a missing table or one without a key
     return DumpSpec(spec.scope, tables, keys, spec.chunk_size or defaults.chunk_size,
-                    spec.parallelism or defaults.parallelism, spec.where if spec.scope == "where" else None)
+                    spec.parallelism or defaults.parallelism, spec.where if spec.scope == "where" else None,
+                    spec.verify)
 
 
 # -- the request's controls --------------------------------------------------------

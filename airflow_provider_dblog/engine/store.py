@@ -21,7 +21,8 @@ a file. Log events are committed only below the tail's checkpoint; readers pass
 that bound, and the tail deletes log files at or beyond it when it restarts.
 
 Chunk rows selected by a dump (before reconciliation) live in
-``<root>/chunks/<source>/<request>/<db.table>/<window>/``.
+``<root>/chunks/<source>/<request>/<db.table>/<window>/``; a verification's reconciled
+chunks (engine/verify_run.py) in ``<root>/verify/<source>/<request>/<db.table>/<lw>_<hw>.parquet``.
 """
 from __future__ import annotations
 
@@ -150,6 +151,32 @@ class EventStore:
         path = posixpath.join(self.table_dir(table.qualified), f"{SNAP_PREFIX}{hw.encode()}{SUFFIX}")
         self._write_atomic(path, data.cast(event_arrow_schema(table)))
         return path
+
+    def verified_dir(self, request_id: str, table: str) -> str:
+        return posixpath.join(self.root, "verify", self.source, request_id, table)
+
+    def write_verified(self, request_id: str, table: TableSchema, lw: Position, hw: Position,
+                       data: pa.Table) -> None:
+        """A verification's reconciled chunk (the event schema: the source's rows as of the
+        HW, and deletes of requested keys it lacks), named by its window's LW and HW."""
+        path = posixpath.join(self.verified_dir(request_id, table.qualified), f"{lw.encode()}_{hw.encode()}{SUFFIX}")
+        self._write_atomic(path, data.cast(event_arrow_schema(table)))
+
+    def read_verified(self, request_id: str, table: TableSchema) -> list[tuple[Position, Position, pa.Table]]:
+        """Each reconciled chunk of a verification: (LW, HW, its events), in LW order."""
+        out = []
+        for info in self._files(self.verified_dir(request_id, table.qualified)):
+            name = info.base_name
+            if name.endswith(SUFFIX) and ".tmp-" not in name:
+                lw, hw = name[:-len(SUFFIX)].split("_")
+                data = pq.read_table(info.path, filesystem=self.fs, schema=event_arrow_schema(table))
+                out.append((Position.decode(lw), Position.decode(hw), data))
+        return sorted(out, key=lambda c: c[0])
+
+    def remove_verified(self, request_id: str) -> None:
+        path = posixpath.join(self.root, "verify", self.source, request_id)
+        if self.fs.get_file_info(path).type == pafs.FileType.Directory:
+            self.fs.delete_dir(path)
 
     def write_chunk(self, request_id: str, table: str, window_id: str, rows: pa.Table) -> None:
         path = posixpath.join(self.chunk_dir(request_id, table, window_id), "part-0.parquet")

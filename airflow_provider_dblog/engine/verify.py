@@ -13,9 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import pyarrow as pa
-
-from .arrow_values import from_arrow
+from .arrow_values import arrow_rows
 from .config import SourceConfig, TargetConfig
 from .keys import encode_key
 from .schema import TableSchema
@@ -126,16 +124,6 @@ def compare(table: TableSchema, source_rows: Iterator[tuple], target_rows: Itera
             diff.different.append(key_)
     diff.missing = list(seen)
     return diff
-
-
-def arrow_rows(table: TableSchema, data: pa.Table) -> Iterator[tuple]:
-    """A target's rows read as Arrow (any lake table), in the form the source side gives:
-    dates and timestamps through their integers (arrow_values.from_arrow), so a value
-    Python's datetime cannot hold (BC, past 9999, ±infinity) compares exactly as a
-    FarDate / FarTimestamp instead of raising OverflowError."""
-    types = [c.type for c in table.columns]
-    for batch in data.select(table.column_names).to_batches(20_000):
-        yield from zip(*(from_arrow(t, c) for t, c in zip(types, batch.columns)))
 
 
 def _lake_rows(cfg: TargetConfig, table: TableSchema) -> Iterator[tuple]:

@@ -58,7 +58,8 @@ def test_factory_builds_the_dags_the_config_describes(tmp_path):
     dags = build_dags(str(path))  # b_db is not resolvable at parse time, and need not be
     assert set(dags) == {"dblog_tail__a", "dblog_tail__b", "dblog_dump__a__d__t1", "dblog_dump__a__d__t2",
                          "dblog_dump__b__e__t3", "dblog_repair__a", "dblog_repair__b",
-                         "dblog_dump_control__a", "dblog_dump_control__b", "dblog_apply__wh"}
+                         "dblog_dump_control__a", "dblog_dump_control__b", "dblog_apply__wh",
+                         "dblog_verify__a"}   # b feeds no target: nothing to verify
     tail = dags["dblog_tail__a"]
     assert tail.max_active_runs == 1 and tail.tasks[0].max_seconds == 30
     assert type(tail.timetable).__name__ == "ContinuousTimetable"
@@ -78,6 +79,17 @@ def test_factory_builds_the_dags_the_config_describes(tmp_path):
     assert dump.get_task("chunk_02.select").upstream_task_ids == {"chunk_01.reconcile"}
     assert dump.get_task("chunks_left").trigger_rule == "none_failed"  # runs when the last groups skipped
     assert dump.get_task("next_run").trigger_dag_id == dump.dag_id
+    # the verification: scheduled daily and from a form (issue 29), a task per target of the source
+    from airflow_provider_dblog.assets import verify_asset
+    from airflow_provider_dblog.operators.verify import DBLogVerifyOperator
+    verify = dags["dblog_verify__a"]
+    assert verify.schedule == "@daily" and verify.max_active_runs == 1
+    assert verify.params.validate() == {"scope": "all", "table": "d.t1", "keys": None, "where": None,
+                                        "repair": False}
+    assert all(verify.params.get_param(k).schema.get("title") for k in verify.params)
+    (task,) = verify.tasks
+    assert isinstance(task, DBLogVerifyOperator) and task.task_id == "verify__wh" and task.target == "wh"
+    assert task.outlets == [verify_asset("wh")]
     apply = dags["dblog_apply__wh"].get_task("apply")
     assert apply.outlets == [apply_alias("wh")]   # events for the changed tables only
     with pytest.raises(ValueError, match="unknown airflow option"):
@@ -91,6 +103,7 @@ def test_factory_builds_the_dags_the_config_describes(tmp_path):
     ({"dump_dag": "mapped"}, "dump_dag must be one of"),
     ({"chunks_per_run": 0}, "chunks_per_run must be a whole number"),
     ({"chunks_per_run": "3"}, "chunks_per_run must be a whole number"),
+    ({"verify_schedule": "sometimes"}, "verify_schedule must be"),
 ])
 def test_factory_refuses_bad_airflow_options(tmp_path, options, words):
     from dblog_factory import build_dags

@@ -45,6 +45,13 @@ def test_each_lake_target_gets_a_maintenance_dag_with_a_form(tmp_path):
     assert all(dag.params.get_param(k).schema.get("title") for k in dag.params)
     task = dag.get_task("maintain")
     assert isinstance(task, DBLogMaintainOperator) and task.target == "lake"
+    # the retention's minimum is what each kind's maintenance takes (targets/base.py)
+    from airflow.sdk.exceptions import ParamValidationError
+    for dag_id, least in (("dblog_maintain__lake", 168), ("dblog_maintain__ice", 1)):
+        param = dags[dag_id].params.get_param("retention_hours")
+        assert param.resolve(least) == least
+        with pytest.raises(ParamValidationError, match=f"less than the minimum of {least}"):
+            param.resolve(least - 1)
     assert build_dags(_config(tmp_path))["dblog_maintain__ice"].schedule == "@daily"
     with pytest.raises(ValueError, match="maintain_schedule must be"):
         build_dags(_config(tmp_path, maintain_schedule="event"))

@@ -360,11 +360,11 @@ def _dying(target, after: str):
     return target
 
 
-def _replay(log: pa.Table, schema) -> list[dict]:
+def _replay(log: pa.Table | list[dict], schema) -> list[dict]:
     """The rows a reader gets by replaying the changelog in position order: a truncate or
     rebuild row empties it, a delete or sweep row removes its key (its before image)."""
     state = {}
-    for r in log.to_pylist():
+    for r in (log.to_pylist() if isinstance(log, pa.Table) else log):
         if r["op"] in ("truncate", "rebuild"):
             state.clear()
         elif r["op"] in ("delete", "sweep"):
@@ -416,22 +416,36 @@ def test_a_sweeps_deletes_are_changelog_rows_once_across_reruns(src_db, make_cdc
 
 
 NARROW = {"mysql": "ALTER TABLE t MODIFY v SMALLINT", "postgres": "ALTER TABLE t ALTER COLUMN v TYPE smallint"}
+MARKERS = ("sweep", "rebuild")
 
 
-@pytest.mark.parametrize("src_db,lake", [("postgres", "delta"), ("mariadb", "iceberg")], indirect=["src_db"])
-def test_a_quarantine_rebuild_is_a_changelog_row_once_across_a_rerun(src_db, make_cdc, tmp_path, lake):
+def _in_order(log: list[dict]) -> list[dict]:
+    """The changelog in the order the README gives: by position, a marker row after the log
+    event at its position."""
+    return sorted(log, key=lambda r: (r["_dblog_pos"], r["op"] in MARKERS))
+
+
+@pytest.mark.parametrize("src_db,lake,mid", [("postgres", "delta", False), ("mariadb", "iceberg", False),
+                                             ("postgres", "iceberg", True)], indirect=["src_db"],
+                         ids=["postgres-delta", "mariadb-iceberg", "postgres-iceberg-break-inside-a-transaction"])
+def test_a_quarantine_rebuild_is_a_changelog_row_once_across_a_rerun(src_db, make_cdc, tmp_path, lake, mid):
     """A change the lake cannot follow (a column narrowed) quarantines the table; a full
     dump releases it and the current-state table is rebuilt empty: one ``rebuild`` row (no
     images) just below the break, before every event after it; the rebuild run again (its
     record lost, as a kill before it is recorded leaves it) appends no second one; replaying
-    the changelog gives the table."""
+    the changelog gives the table. ``mid``: the ALTER follows a change in its transaction,
+    so just below the break is that change's position: the rebuild row ties with it and
+    orders after it."""
     from airflow_provider_dblog.engine.quarantine import REBUILT, breaks
     cdc = _setup(src_db, make_cdc, tmp_path, lake, rows=5)
     table, target = f"{cdc.db}.t", open_target(cdc.cfg.target("lake"))
     assert cdc.apply_local("lake")[table]["status"] == "applied"
     with src_db.cursor() as cur:
-        cur.execute(NARROW[src_db.kind])
-        cur.execute("UPDATE t SET v = -v WHERE id <= 2")
+        if mid:   # one statement string: one transaction on PostgreSQL (the session is in autocommit)
+            cur.execute(f"UPDATE t SET v = 7 WHERE id = 4; {NARROW[src_db.kind]}; UPDATE t SET v = -v WHERE id <= 2")
+        else:
+            cur.execute(NARROW[src_db.kind])
+            cur.execute("UPDATE t SET v = -v WHERE id <= 2")
     cdc.drain()
     assert cdc.apply_local("lake")[table]["status"] == "quarantined"
     cdc.dump_local("t")
@@ -443,12 +457,18 @@ def test_a_quarantine_rebuild_is_a_changelog_row_once_across_a_rerun(src_db, mak
     for run in ("release", "rerun"):
         assert cdc.apply_local("lake")[table]["status"] == "applied", run
         cdc.assert_equal("t", target="lake")
-        log = _changelog(target, schema).to_pylist()
+        log = _in_order(_changelog(target, schema).to_pylist())
         rebuilt = [i for i, r in enumerate(log) if r["op"] == "rebuild"]
         assert len(rebuilt) == 1, (run, rebuilt)
         row = log[rebuilt[0]]
         assert row["_dblog_pos"] == last.just_below().encode() and row["before"] is row["after"] is None, row
+        tied = [r for r in log if r["_dblog_pos"] == row["_dblog_pos"] and r is not row]
+        if mid:   # the change before the ALTER in its transaction: at the same position, before the rebuild
+            assert last.seq > 0 and [(r["op"], r["after"]["id"], r["after"]["v"]) for r in tied] == [
+                ("update", 4, 7)] and log[rebuilt[0] - 1] is tied[0], (last, tied)
+        else:
+            assert not tied, tied
         after = log[rebuilt[0] + 1:]   # the events after the break, the dump's rows among them
         assert all(r["_dblog_pos"] >= last.encode() for r in after) and "snapshot" in {r["op"] for r in after}
-        assert _replay(_changelog(target, schema), schema) == target.rows(schema), run
+        assert _replay(log, schema) == target.rows(schema), run
         cdc.state.r.hdel(cdc.state.k(REBUILT), f"{table}|lake")   # the rebuild not recorded: redone

@@ -8,7 +8,11 @@ PostgreSQL (both lake kinds, and the PostgreSQL target beside them, which holds 
 value)."""
 from __future__ import annotations
 
+import json
 import logging
+import signal
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
@@ -18,6 +22,7 @@ from airflow_provider_dblog.engine.config import TargetConfig
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.schema import Column, TableSchema
 from airflow_provider_dblog.engine.targets import open_target
+from airflow_provider_dblog.engine.targets.delta_keys import COLLAPSED
 from airflow_provider_dblog.engine.targets.delta_maintain import APPLIED
 from helpers import lake_append_behind, lake_target
 
@@ -85,6 +90,54 @@ def test_a_key_held_twice_is_collapsed_in_a_commit_that_keeps_the_position_and_t
     # a replay of the batch changes nothing (the position guard), the key stays single
     delta.merge_batch(T, _flat([(3, 30, "update", Position(1, 11, 0))]), SOURCE, new_pos, "r3")
     assert DeltaTable(path).version() == damaged + 2 and delta.count(T) == 6
+
+
+# the real merge_batch in a child process that SIGKILLs itself as the collapse begins: its
+# MERGE's commit is made (the applied position moved), the collapse's never is
+_KILLED_BEFORE_COLLAPSE = """
+import json, os, signal, sys
+import pyarrow as pa
+from airflow_provider_dblog.engine.config import TargetConfig
+from airflow_provider_dblog.engine.positions import Position
+from airflow_provider_dblog.engine.schema import TableSchema
+from airflow_provider_dblog.engine.targets import delta, open_target
+path, schema, batch, pos = sys.argv[1:]
+delta.collapse = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+target = open_target(TargetConfig("lake", "delta", None, "src", path=path))
+with pa.memory_map(batch) as f:
+    rows = pa.ipc.open_file(f).read_all()
+target.merge_batch(TableSchema.from_dict(json.loads(schema)), rows, "src", Position.decode(pos), "killed")
+"""
+
+
+def test_a_crash_between_the_merge_and_its_collapse_is_settled_by_the_next_apply(delta, tmp_path):
+    """SIGKILL after the MERGE's commit and before the collapse's: the key is held twice at
+    the batch's position, which the table records as applied, so a replay merges nothing.
+    The table's next apply (that replay) collapses it first, the position unchanged; the
+    apply after that finds nothing pending (no further commit)."""
+    lake_append_behind(delta, T, pa.table({"id": [3], "v": [-3], "_dblog_pos": [Position(0, 1, 0).encode()],
+                                           "_dblog_op": ["insert"]}))
+    new_pos, batch = Position(1, 20, 0), tmp_path / "batch.arrow"
+    rows = _flat([(3, 30, "update", Position(1, 11, 0)), (9, 9, "insert", Position(1, 11, 1))])
+    with pa.OSFile(str(batch), "wb") as f, pa.ipc.new_file(f, rows.schema) as w:
+        w.write_table(rows)
+    child = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_COLLAPSE, delta.config.path, json.dumps(T.to_dict()),
+                            str(batch), new_pos.encode()], capture_output=True, text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    path = delta.table_path(T)
+    assert sorted(r["id"] for r in DeltaTable(path).to_pyarrow_table().to_pylist()) == [1, 2, 3, 3, 4, 5, 9]
+    assert delta.applied_pos(SOURCE, T) == new_pos
+    killed = delta.version(T)
+    delta.merge_batch(T, rows, SOURCE, new_pos, "replay")   # the batch is in: only the collapse is made
+    dt = DeltaTable(path)
+    assert dt.version() == killed + 1 and COLLAPSED in dt.history(1)[0], dt.history(1)
+    assert _rows(dt) == [(1, 1, Position(1, 1, 1).encode()), (2, 2, Position(1, 1, 2).encode()),
+                         (3, 30, Position(1, 11, 0).encode()), (4, 4, Position(1, 1, 4).encode()),
+                         (5, 5, Position(1, 1, 5).encode()), (9, 9, Position(1, 11, 1).encode())]
+    assert delta.applied_pos(SOURCE, T) == new_pos
+    delta.merge_batch(T, _flat([(1, 10, "update", Position(1, 21, 0))]), SOURCE, Position(1, 30, 0), "r4")
+    assert DeltaTable(path).version() == killed + 2   # its MERGE only: nothing was pending
+    assert [(r["id"], r["v"]) for r in delta.rows(T)] == [(1, 10), (2, 2), (3, 30), (4, 4), (5, 5), (9, 9)]
 
 
 def test_a_deleted_key_held_twice_leaves_no_row_and_no_extra_commit(delta):

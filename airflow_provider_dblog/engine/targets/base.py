@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import pyarrow as pa
 
@@ -69,6 +69,13 @@ class MergeResult:
         return asdict(self)
 
 
+# The least retention (hours) each lake kind's maintenance takes (also the maintenance form's
+# minimum): Delta's vacuum refuses less than delta.deletedFileRetentionDuration (7 days by
+# default, which our tables keep); Iceberg keeps an hour for a running apply's data files,
+# unreferenced until its commit.
+MIN_RETENTION_HOURS = {"delta": 168, "iceberg": 1}
+
+
 @dataclass
 class MaintainReport:
     """What a lake table's maintenance did (``dblog maintain``, DBLogMaintainOperator)."""
@@ -104,6 +111,9 @@ class Target(Protocol):
     def drop_all(self) -> list[str]: ...
     def count(self, table: TableSchema | str) -> int: ...
     def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]: ...
+    # verification: the rows (logical values in column order, as the source side gives them)
+    # and the applied position of ``source``, both of one consistent read of the table
+    def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[tuple]]: ...
     # a lake table's Asset URI and its version (Delta version / Iceberg snapshot id); None for SQL
     def uri(self, table: TableSchema | str) -> str | None: ...
     def version(self, table: TableSchema | str) -> int | None: ...
@@ -149,7 +159,9 @@ def append_marked(target: Target, table: TableSchema, source: str, op: str, at: 
     keeps one (changelog.py): ``op`` (``sweep``: one per row of ``images``, the rows a sweep
     deletes; ``rebuild``: one, no images) at ``at``, in a commit of their own that leaves the
     changelog's position as it is; nothing when rows of that position and op are there
-    already (a rerun's). Rows appended, None if the target keeps no changelog."""
+    already (a rerun's). ``at`` may be a log event's position too (``just_below`` a position
+    inside a transaction): such a row orders after that event (README, changelog tables).
+    Rows appended, None if the target keeps no changelog."""
     if not getattr(target.config, "changelog", False):
         return None
     return target.append_marked(table, source, op, at, images)

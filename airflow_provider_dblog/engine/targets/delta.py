@@ -26,7 +26,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +35,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.fs import DeltaStorageHandler
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from ..arrow_values import arrow_rows
 from ..config import TargetConfig
 from ..errors import TargetShapeError
 from ..events import DELETE as _DELETE
@@ -42,7 +43,7 @@ from ..positions import Position
 from ..schema import TableSchema
 from .base import OP_COLUMN, POS_COLUMN, MergeResult, store_unreachable
 from .delta_evolve import evolved
-from .delta_keys import collapse, touched_twice
+from .delta_keys import collapse, merged, pending, touched_twice
 from .delta_maintain import (APPLIED, KeySpan, MaintainReport, applied_in, maintain as maintain_table,
                              quote_name as _q, spooled, store_files, table_configuration)
 from .lake_rows import orphans
@@ -154,6 +155,16 @@ class DeltaTarget:   # implements targets.base.Target
         """The current-state table as Arrow (verification, tests)."""
         return self._open(table).to_pyarrow_table()
 
+    def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[tuple]]:
+        """The rows (the source side's values, lake_rows.arrow_rows) and the applied position
+        of one version of the table (verification)."""
+        dt = self._open(table)
+        if dt is None:
+            return None, iter(())
+        pos = applied_in(dt, source, upto=dt.version())
+        return (Position.decode(pos) if pos else None), arrow_rows(table, dt.to_pyarrow_table(
+            columns=table.column_names))
+
     def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]:
         names = table.column_names + ([POS_COLUMN] if with_pos else [])
         data = self.read(table).select(names)
@@ -169,8 +180,17 @@ class DeltaTarget:   # implements targets.base.Target
         return self._applied(dt, source) if dt is not None else None
 
     @staticmethod
-    def _commit(source: str, pos: Position | None) -> CommitProperties:
-        return CommitProperties(custom_metadata={APPLIED + source: pos.encode() if pos else ""})
+    def _commit(source: str, pos: Position | None, **marks: str) -> CommitProperties:
+        return CommitProperties(custom_metadata={APPLIED + source: pos.encode() if pos else "", **marks})
+
+    def _settle_keys(self, dt: DeltaTable, table: TableSchema, source: str) -> DeltaTable:
+        """A MERGE that touched a key twice and whose collapse never committed (a crash
+        between the two commits): collapsed now, the applied position unchanged (delta_keys.py)."""
+        twice, since = pending(dt)
+        if not twice:
+            return dt
+        collapse(dt, list(table.key), since, self._commit(source, self._applied(dt, source)), mark=True)
+        return self._open(table)
 
     def advance_applied(self, source: str, table: TableSchema | str, pos: Position,
                         evolve: tuple | None = None) -> bool:
@@ -210,7 +230,7 @@ class DeltaTarget:   # implements targets.base.Target
                     new_pos: Position, run_id: str, evolve: tuple | None = None) -> MergeResult:
         import time
         t0 = time.monotonic()
-        dt = self._open(table)
+        dt = self._settle_keys(self._open(table), table, source)
         applied = self._applied(dt, source)
         names = table.column_names + [POS_COLUMN, OP_COLUMN]
         if applied is not None and new_pos <= applied:   # the batch is in already (a replay): no commit
@@ -245,8 +265,10 @@ class DeltaTarget:   # implements targets.base.Target
                     write_deltalake(dt, target_schema.empty_table(), mode="append",
                                     commit_properties=self._commit(source, new_pos))
             else:
+                since = applied.encode() if applied else None   # (a crash before its collapse: delta_keys.pending)
                 execute = (dt.merge(data, predicate=match, source_alias="s", target_alias="t",
-                                    commit_properties=self._commit(source, new_pos if moved else applied))
+                                    commit_properties=self._commit(source, new_pos if moved else applied,
+                                                                   **merged(staged, deletes[0], since)))
                            .when_matched_delete(predicate=f"{is_delete} AND {newer}")
                            .when_matched_update(updates=cols, predicate=f"NOT ({is_delete}) AND {newer}")
                            .when_not_matched_insert(updates=cols, predicate=f"NOT ({is_delete})")
@@ -254,8 +276,7 @@ class DeltaTarget:   # implements targets.base.Target
             version = dt.version()
             metrics = guard.run(execute)   # a refused value raised as itself, not as delta-rs's wrapping of it
         if staged and touched_twice(metrics, staged, deletes[0]):   # a key held twice: one row each (delta_keys.py)
-            collapse(self._open(table), list(table.key), applied.encode() if applied else None,
-                     self._commit(source, new_pos if moved else applied))
+            collapse(self._open(table), list(table.key), since, self._commit(source, new_pos if moved else applied))
         if staged and moved and self._open(table).version() == version:
             # every row was stale: delta-rs made no commit, so the position moves alone
             write_deltalake(dt, target_schema.empty_table(), mode="append",

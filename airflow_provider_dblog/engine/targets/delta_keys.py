@@ -11,7 +11,14 @@ above the batch's start), keeps each key held more than once as one row, its new
 (``_dblog_pos``: invariant 1), and writes them in one further commit, a replace-where of
 exactly those keys (the whole table when a key's type has no exact SQL literal, or the keys
 are many) carrying the applied position the MERGE's commit carried: the position, and
-every earlier version (time travel), are unchanged. No Spark and no Airflow here.
+every earlier version (time travel), are unchanged.
+
+A crash between the MERGE's commit and the collapse's must not leave the key twice for
+good (the replayed batch is below the applied position: no MERGE sees it again). So each
+MERGE commit records what it staged (``dblog.merged``: rows, deletes, the batch's start)
+and each collapse commit says so (``dblog.collapsed``): :func:`pending` reads the newest of
+them from the table's log, with the MERGE's own metrics, before every apply of the table.
+No Spark and no Airflow here.
 """
 from __future__ import annotations
 
@@ -27,6 +34,8 @@ from .delta_maintain import literal, quote_name
 log = logging.getLogger(__name__)
 
 MAX_KEYS = 1000   # keys named in one replace-where predicate; more: the table is rewritten whole
+MERGED = "dblog.merged"        # a MERGE commit's "<rows staged>,<deletes>,<batch start or ''>"
+COLLAPSED = "dblog.collapsed"  # a collapse commit's mark: the MERGEs before it are settled
 
 
 def touched_twice(metrics: dict, staged: int, deletes: int) -> bool:
@@ -35,6 +44,24 @@ def touched_twice(metrics: dict, staged: int, deletes: int) -> bool:
     get = lambda k: int(metrics.get(k, 0))  # noqa: E731
     return (get("num_target_rows_updated") + get("num_target_rows_inserted") > staged - deletes
             or get("num_target_rows_deleted") > deletes)
+
+
+def merged(staged: int, deletes: int, since: str | None) -> dict[str, str]:
+    """The commit metadata of a MERGE of ``staged`` rows (``deletes`` of them) from ``since``."""
+    return {MERGED: f"{staged},{deletes},{since or ''}"}
+
+
+def pending(dt: DeltaTable) -> tuple[bool, str | None]:
+    """Whether the newest MERGE this module's marks name touched a key twice and no collapse
+    followed it (a crash between the two commits), and that MERGE's batch start."""
+    for commit in dt.history(64):   # newest first; older MERGEs were settled by the apply after them
+        if COLLAPSED in commit:
+            return False, None
+        if MERGED in commit:
+            staged, deletes, since = commit[MERGED].split(",", 2)
+            twice = touched_twice(commit.get("operationMetrics") or {}, int(staged), int(deletes))
+            return twice, since or None
+    return False, None
 
 
 def _newest(rows: pa.Table, key: list[str]) -> pa.Table:
@@ -70,15 +97,21 @@ def _query(dt: DeltaTable, sql: str) -> pa.Table:
     return pa.table(QueryBuilder().register("t", dt).execute(sql).read_all())
 
 
-def collapse(dt: DeltaTable, key: list[str], since: str | None, commit: CommitProperties) -> int:
+def collapse(dt: DeltaTable, key: list[str], since: str | None, commit: CommitProperties,
+             mark: bool = False) -> int:
     """Each key held more than once among the rows at or above position ``since`` (the
     batch's start; None: every row) kept as its newest row, in one commit with ``commit``'s
-    properties (the applied position unchanged). Returns how many keys were collapsed."""
+    properties (the applied position unchanged). Returns how many keys were collapsed.
+    ``mark``: a pending MERGE settled (:func:`pending`) gets its collapse mark even when no
+    key is held twice any more (an empty commit), so it is not looked at again."""
+    commit = CommitProperties(custom_metadata={**(commit.custom_metadata or {}), COLLAPSED: "1"})
     schema = pa.schema(dt.schema().to_arrow())
     cols = ", ".join(quote_name(k) for k in key)
     above = "" if since is None else f" WHERE {quote_name(POS_COLUMN)} >= '{since.replace(chr(39), chr(39) * 2)}'"
     twice = _query(dt, f"SELECT {cols} FROM t{above} GROUP BY {cols} HAVING count(*) > 1")
     if not twice.num_rows:
+        if mark:
+            write_deltalake(dt, schema.empty_table(), mode="append", commit_properties=commit)
         return 0
     twice = twice.cast(pa.schema([schema.field(k) for k in key]))
     where = _where(twice, key)

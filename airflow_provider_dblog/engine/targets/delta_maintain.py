@@ -160,14 +160,16 @@ def spooled(schema: pa.Schema, pages: Iterable[pa.Table], in_memory: bool) -> It
             yield pa.ipc.open_stream(src)
 
 
-def applied_in(dt: DeltaTable, source: str) -> str | None:
+def applied_in(dt: DeltaTable, source: str, upto: int | None = None) -> str | None:
     """The encoded applied position of ``source`` ("" after a reset, None if never): from
     the newest apply commit that carries it; a maintenance commit's carried copy only when
-    no apply commit of that source is left in the log (expired)."""
+    no apply commit of that source is left in the log (expired). ``upto``: as of that version."""
     key, kept, carried, limit = APPLIED + source, CARRIED + source, None, 64
     while True:
         history = dt.history(limit)
         for commit in history:   # newest first
+            if upto is not None and commit.get("version", -1) > upto:
+                continue
             if key in commit:
                 return commit[key]
             if carried is None and kept in commit:

@@ -27,17 +27,18 @@ import os
 import time
 import uuid
 import warnings
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, schema_to_pyarrow
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import OperationalError
 
+from ..arrow_values import arrow_rows
 from ..config import TargetConfig
 from ..errors import TargetShapeError
 from ..events import DELETE as _DELETE
@@ -93,9 +94,11 @@ class IcebergTarget:   # implements targets.base.Target
 
     @staticmethod
     def is_transient(error: BaseException) -> bool:
-        """A concurrent commit won the race, or the catalog's server or the warehouse's
-        object store is away: run again."""
-        return isinstance(error, (CommitFailedException, OperationalError)) or store_unreachable(error)
+        """A concurrent commit won the race (the catalog refused ours, or pyiceberg's own retry
+        found the new snapshot conflicting: ValidationException), or the catalog's server or
+        the warehouse's object store is away: run again, from the table's new snapshot."""
+        return (isinstance(error, (CommitFailedException, ValidationException, OperationalError))
+                or store_unreachable(error))
 
     def close(self) -> None:
         if self._catalog is not None:
@@ -172,6 +175,14 @@ class IcebergTarget:   # implements targets.base.Target
     def read(self, table: TableSchema | str, snapshot_id: int | None = None) -> pa.Table:
         """The current-state table as Arrow (verification, tests), or an earlier snapshot."""
         return self._load(table).scan(snapshot_id=snapshot_id).to_arrow()
+
+    def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[tuple]]:
+        """The rows (the source side's values, lake_rows.arrow_rows) and the applied position
+        of one metadata version: its properties and its current snapshot (verification)."""
+        t = self._load(table)
+        if t is None:
+            return None, iter(())
+        return self._applied(t, source), arrow_rows(table, t.scan(selected_fields=tuple(table.column_names)).to_arrow())
 
     def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]:
         names = table.column_names + ([POS_COLUMN] if with_pos else [])

@@ -26,10 +26,10 @@ import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, schema_to_pyarrow
 
-from .base import POS_COLUMN, MaintainReport
+from .base import MIN_RETENTION_HOURS as _MIN_RETENTION, POS_COLUMN, MaintainReport
 
 TARGET_FILE_BYTES = 512 * 1024 * 1024   # Iceberg's default target file size
-MIN_RETENTION_HOURS = 1.0
+MIN_RETENTION_HOURS = float(_MIN_RETENTION["iceberg"])
 
 
 def data_files(t) -> list:

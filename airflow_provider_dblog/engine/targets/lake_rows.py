@@ -27,3 +27,4 @@ def orphans(rows: pa.Table, keep: pa.Table, key: list[str], below: Position, tab
                   if tuple(comparable_key(t, v) for t, v in zip(table.key_types, c)) not in there]
     return pa.table({k: to_arrow(t, [c[i] for c in candidates]) for i, (k, t) in
                      enumerate(zip(key, table.key_types))}).cast(rows.schema)
+

@@ -20,7 +20,6 @@ No Spark and no Airflow here.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import psycopg2
 import psycopg2.errors
@@ -32,6 +31,7 @@ from ..positions import Position
 from ..arrow_values import to_arrow
 from ..schema import TableSchema
 from ..values import comparable_key, pg_options
+from . import pg_read
 from .base import MergeResult
 from .pg_copy import copy_rows
 from .pg_errors import is_transient
@@ -310,20 +310,9 @@ class PostgresTarget:  # implements targets.base.Target
         log.info("merged %s into %s.%s: %s", stage, self.schema, target_table_name(table), res)
         return res
 
-    # -- reading (tests, verification) ------------------------------------------------
-    def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]:
-        """The target table's rows in key order, as Python values (bytea as bytes)."""
-        names = table.column_names + ([POS_COLUMN] if with_pos else [])
-        q = sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
-            sql.SQL(", ").join(sql.Identifier(c) for c in names),
-            self._tid(target_table_name(table)),
-            sql.SQL(", ").join(sql.Identifier(k) for k in table.key))
-        with self.conn, self.conn.cursor() as cur:
-            cur.execute(q)
-            out = []
-            for r in cur.fetchall():
-                out.append({n: bytes(v) if isinstance(v, memoryview) else v for n, v in zip(names, r)})
-            return out
+    # -- reading (tests, verification): pg_read.py -------------------------------------
+    rows = pg_read.rows
+    read_at = pg_read.read_at
 
     def delete_orphans(self, table: TableSchema, source: str, keep, below: Position,
                        until: Position, in_source=None, before_delete=None) -> int | None:

@@ -1,0 +1,148 @@
+"""``dblog verify`` (issue 29): a target compared with its source while both keep changing,
+and, asked to, repaired where it differs.
+
+1. The verification is a dump request with ``verify: <target>`` (requests.DumpSpec): its
+   chunks run Algorithm 1 exactly as a dump's (windows, the same chunk plan, in this
+   process or on Spark), but each reconciled chunk is kept for the comparison
+   (store.write_verified), not written to the log; it sweeps nothing and releases no
+   quarantine.
+2. Per table, once the target's applied position is past every chunk's HW, one consistent
+   read of the target (``Target.read_at``) is compared with the chunks, leaving out the
+   keys the log changed meanwhile (verify_compare.py: the window argument).
+3. ``repair``: a key-list dump of exactly the keys that differ (a key the source lacks is
+   deleted by it), applied to the target, then those keys verified again.
+
+Each table's last result is kept in Redis for ``dblog status``. No Airflow here.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Callable
+
+from .config import Config
+from .errors import VerificationError
+from .local_chunks import LocalChunkReader
+from .positions import Position
+from .quarantine import quarantined
+from .requests import DumpSpec, validate_spec
+from .schema import TableSchema
+from .targets import open_target
+from .verify_compare import TableReport, compare_table, key_strings, last_changes
+from .wiring import Wiring
+
+log = logging.getLogger(__name__)
+
+VERIFIED = "verified"   # Redis hash: "<table>|<target>" -> the last verification's summary
+SHOWN_IN_STATUS = 20
+
+
+def run_verify(config: Config, target_name: str, spec: DumpSpec, *, repair: bool = False, via: str = "local",
+               wait_s: float = 600.0, run_spark: Callable[[str], dict] | None = None) -> dict:
+    """Verify ``spec``'s tables (scope all / table / keys / where) on the target; with
+    ``repair``, dump, apply and verify again the keys that differ. ``via``: the chunks read
+    in this process ("local") or by ``run_spark(request_id)`` (the dump job on Spark).
+    Returns ``{"request", "target", "equal", "tables": {table: report}}`` (and "repair")."""
+    tcfg = config.target(target_name)
+    parts = Wiring.of_target(config, target_name)
+    out = _verify(config, parts, tcfg.name, spec, via, wait_s, run_spark)
+    if repair and not out["equal"]:
+        out["repair"] = {t: _repair(config, parts, tcfg.name, t, rep, wait_s)
+                         for t, rep in out["reports"].items() if not rep.equal}
+        out["repaired"] = all(r["equal"] for r in out["repair"].values())
+    out["tables"] = {t: rep.to_dict() for t, rep in out.pop("reports").items()}
+    return out
+
+
+def _verify(config: Config, parts: Wiring, target: str, spec: DumpSpec, via: str, wait_s: float,
+            run_spark: Callable[[str], dict] | None) -> dict:
+    state, store = parts.state, parts.store
+    with parts.opened_source() as source:
+        spec = validate_spec(source, DumpSpec(spec.scope, spec.tables, spec.keys, spec.chunk_size, spec.parallelism,
+                                              spec.where, verify=target), config.dump)
+        rid = state.create_request(spec.to_dict())
+        log.info("verification %s of %s on target %s: %s", rid, ", ".join(spec.tables), target, spec.scope)
+        try:
+            if via == "local":
+                parts.runner(LocalChunkReader(source), source=source).run(rid)
+            else:
+                run_spark(rid)
+            schemas = {t: source.table_schema(t) for t in spec.tables}
+        except BaseException:
+            store.remove_verified(rid)
+            raise
+    reports = {}
+    try:
+        with open_target(config.target(target)) as tgt:
+            for name, schema in schemas.items():
+                scope = set(key_strings(schema, [schema.parse_key(k) for k in spec.keys])) if spec.by_keys else None
+                reports[name] = _compare(parts, tgt, rid, schema, scope, wait_s)
+                _record(state, reports[name], rid)
+                log.info("verification %s: %s", rid, reports[name].describe())
+    finally:
+        store.remove_verified(rid)
+    return {"request": rid, "target": target, "equal": all(r.equal for r in reports.values()), "reports": reports}
+
+
+def _compare(parts: Wiring, target, rid: str, schema: TableSchema, scope: set[str] | None,
+             wait_s: float) -> TableReport:
+    chunks = parts.store.read_verified(rid, schema)
+    progress = parts.state.progress(rid, schema.qualified)
+    lws = [lw for lw, _, _ in chunks]
+    floor = Position.decode(progress["head_before"]) if progress.get("head_before") else min(lws, default=None)
+    if floor is None:   # no chunk was read: nothing to compare
+        return TableReport(schema.qualified, target.config.name)
+    need = max([hw for _, hw, _ in chunks], default=floor)
+    deadline = time.monotonic() + wait_s
+    while True:
+        at = target.applied_pos(parts.name, schema)
+        if at is not None and at >= need:   # then the rows and the position of one read
+            at, rows = target.read_at(schema, parts.name)
+            if at is not None and at >= need:
+                break
+        stopped = quarantined(parts.state).get(schema.qualified) or {}
+        if target.config.name in stopped.get("waiting", []):   # its apply stops before a change of shape
+            raise VerificationError(f"{schema.qualified} is quarantined on target {target.config.name} "
+                                    f"({stopped.get('why')}): it stays at {at}; {stopped.get('fix')}, then verify")
+        if time.monotonic() > deadline:
+            raise VerificationError(
+                f"{schema.qualified}: target {target.config.name} has applied up to {at} and the verification "
+                f"needs {need} (its last chunk's HW) after {wait_s:.0f} s: is its apply running, or is the table "
+                f"held or quarantined (dblog status)?")
+        time.sleep(0.5)
+    changes = last_changes(schema, parts.store.read_range(schema, floor, at))
+    # a change of shape or a TRUNCATE meanwhile (a schema version, not a row event): every key read before it
+    reshaped = max((p.encode() for p, _ in parts.store.schema_versions(schema.qualified) if floor < p < at),
+                   default="")
+    return compare_table(schema, target.config.name, chunks, rows, at, changes, floor, scope, reshaped)
+
+
+def _repair(config: Config, parts: Wiring, target: str, table: str, report: TableReport, wait_s: float) -> dict:
+    """A key-list dump of the keys that differ, its apply to the target, and those keys verified again."""
+    from .apply import run_apply
+    keys = report.differing_keys()
+    with parts.opened_source() as source:
+        spec = validate_spec(source, DumpSpec("keys", [table], keys), config.dump)
+        rid = parts.state.create_request(spec.to_dict())
+        parts.runner(LocalChunkReader(source), source=source).run(rid)
+    applied = run_apply(config, target, [table], via="local")
+    again = _verify(config, parts, target, DumpSpec("keys", [table], keys), "local", wait_s, None)
+    rep = again["reports"][table]
+    log.warning("verification of %s on %s: %d key(s) repaired by dump request %s: %s", table, target, len(keys),
+                rid, "now equal" if rep.equal else rep.describe())
+    _record(parts.state, rep, again["request"], repaired_by=rid)
+    return {"request": rid, "keys": len(keys), "apply": applied.get("tables", {}).get(table, applied),
+            "verify": again["request"], "equal": rep.equal, "report": rep.to_dict()}
+
+
+def _record(state, report: TableReport, rid: str, repaired_by: str | None = None) -> None:
+    summary = {k: v for k, v in report.to_dict().items() if k != "keys"} | {
+        "request": rid, "when": time.time(), "repaired_by": repaired_by,
+        "keys": {kind: keys[:SHOWN_IN_STATUS] for kind, keys in report.keys.items()}}
+    state.r.hset(state.k(VERIFIED), f"{report.table}|{report.target}", json.dumps(summary, default=str))
+
+
+def last_verifications(state) -> dict[str, dict]:
+    """``{"<table>|<target>": summary}`` of each table's last verification (``dblog status``)."""
+    return {k: json.loads(v) for k, v in state.r.hgetall(state.k(VERIFIED)).items()}
