@@ -44,7 +44,7 @@ from airflow_provider_dblog.operators.dump import (DBLogCreateDumpOperator, DBLo
 from airflow_provider_dblog.operators.maintain import DBLogMaintainOperator
 from airflow_provider_dblog.operators.reconcile import DBLogReconcileOperator
 from airflow_provider_dblog.operators.tail import DBLogTailOperator
-from airflow_provider_dblog.operators.verify import DBLogVerifyOperator
+from airflow_provider_dblog.operators.verify import DBLogVerifyOperator, raise_if_differs
 from airflow_provider_dblog.params import repair_params, verify_params
 from airflow_provider_dblog.sensors.watermark import DBLogHighWatermarkSensor
 
@@ -215,14 +215,16 @@ def _verify_dag(cfg, config_path: str, source: str, opts: dict) -> dict[str, DAG
              params=verify_params(cfg, source),
              doc_md=f"**Verify** each target of **{source}** while both keep changing: chunks read in "
                     "watermark windows, each target read once past them, keys the log changed meanwhile "
-                    "left out (no false positives). A target that differs fails its task with the report "
-                    "in the log; *Repair* dumps, applies and verifies again exactly the keys that differ. "
+                    "left out (no false positives). For a target that differs, its `verify__<target>` task "
+                    "logs the report and adds its Asset event, and its `equal__<target>` task fails; *Repair* dumps, applies and verifies again exactly the keys that differ. "
                     "Each task adds an event to `dblog-verify://<target>` with the counts per table.") as d:
-        for target in targets:
-            DBLogVerifyOperator(task_id=f"verify__{target.name}", config_path=config_path, target=target.name,
-                                scope="{{ params.scope }}", table="{{ params.table }}", keys="{{ params.keys }}",
-                                where="{{ params.where }}", repair="{{ params.repair }}",
-                                conn_id=opts["spark_conn_id"])
+        for target in targets:   # params['keys']: params.keys is the dict's method
+            verify = DBLogVerifyOperator(
+                task_id=f"verify__{target.name}", config_path=config_path, target=target.name,
+                scope="{{ params.scope }}", table="{{ params.table }}", keys="{{ params['keys'] }}",
+                where="{{ params.where }}", repair="{{ params.repair }}", conn_id=opts["spark_conn_id"],
+                fail_on_difference=False)   # it succeeds (its Asset event is added); the next task judges
+            verify >> task(task_id=f"equal__{target.name}")(raise_if_differs)(verify.output)
     return {d.dag_id: d}
 
 

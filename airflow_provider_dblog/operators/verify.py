@@ -35,8 +35,10 @@ class DBLogVerifyOperator(DBLogSparkSubmitOperator):
     event whose ``extra`` has the counts per table (``compared``, ``skipped``, ``missing``,
     ``extra``, ``different``, ``equal``, ``at``). A table that differs (and was not repaired)
     fails the task with :class:`~airflow_provider_dblog.exceptions.DBLogVerificationFailed`,
-    the report in its log; the event is added first. Returns the report (XCom). Metric
-    ``dblog.verify.different_keys`` (gauge) per table.
+    the report in its log (Airflow adds no Asset event for a failed task: with
+    ``fail_on_difference=False`` the task succeeds and :func:`raise_if_differs` in a next task
+    fails the run, as the shipped ``dblog_verify__<source>`` does). Returns the report (XCom).
+    Metric ``dblog.verify.different_keys`` (gauge) per table.
 
     :param config_path: the dblog YAML (templated); default: the ``dblog`` connection, else ``$DBLOG_CONFIG``.
     :param target: the target (templated); optional with one target.
@@ -47,6 +49,8 @@ class DBLogVerifyOperator(DBLogSparkSubmitOperator):
     :param where: a condition on the table's columns (templated; bound parameters, as a dump's).
     :param repair: dump, apply and verify again the keys that differ (templated).
     :param wait_s: how long the target's apply may take to pass the chunks' HW.
+    :param fail_on_difference: fail the task when a table differs (default); False: succeed
+        (its Asset event is added) and leave the verdict to :func:`raise_if_differs`.
     """
 
     template_fields: Sequence[str] = (*DBLogSparkSubmitOperator.template_fields, "target", "scope", "table",
@@ -56,13 +60,13 @@ class DBLogVerifyOperator(DBLogSparkSubmitOperator):
     def __init__(self, *, config_path: str | None = None, target: str | None = None, scope: str | None = None,
                  table: str | None = None,
                  keys: Any = None, where: str | None = None, repair: bool | str = False, wait_s: float = 600.0,
-                 outlets: Any = None, **kwargs: Any) -> None:
+                 fail_on_difference: bool = True, outlets: Any = None, **kwargs: Any) -> None:
         if outlets is None and target and "{{" not in str(target):
             outlets = [verify_asset(str(target))]
         super().__init__(job="dump_job", config_path=config_path, outlets=outlets or [], **kwargs)
         self.target, self.scope, self.table, self.keys, self.where = target, scope, table, keys, where
         self.repair = repair
-        self.wait_s = wait_s
+        self.wait_s, self.fail_on_difference = wait_s, fail_on_difference
         self._request: str | None = None
 
     def job_arguments(self, hook: DBLogHook, context: Context) -> list[str]:
@@ -109,8 +113,18 @@ class DBLogVerifyOperator(DBLogSparkSubmitOperator):
         for outlet in self.outlets or []:
             if outlet_events is not None and getattr(outlet, "uri", "").startswith("dblog-verify://"):
                 outlet_events[outlet].extra = {"target": tcfg.name, "request": result["request"], "tables": counts}
-        if not (result["equal"] or result.get("repaired")):
-            differing = [t for t, r in result["tables"].items() if not r["equal"]]
-            raise DBLogVerificationFailed(f"target {tcfg.name} differs from its source in {', '.join(differing)} "
-                                          f"(the report is above; repair=true repairs it)")
+        if self.fail_on_difference:
+            raise_if_differs(result)
         return result
+
+
+def raise_if_differs(result: dict) -> None:
+    """DBLogVerificationFailed when a verification's result (DBLogVerifyOperator's XCom) has a
+    table that differs and was not repaired, naming the tables and their counts."""
+    if result["equal"] or result.get("repaired"):
+        return
+    differing = {t: {k: r[k] for k in ("missing", "extra", "different")} for t, r in result["tables"].items()
+                 if not r["equal"]}
+    raise DBLogVerificationFailed(f"target {result['target']} differs from its source in "
+                                  f"{', '.join(f'{t} {c}' for t, c in differing.items())} (verification "
+                                  f"{result['request']}: the keys are in the verify task's log; repair=true repairs them)")

@@ -87,8 +87,9 @@ def test_factory_builds_the_dags_the_config_describes(tmp_path):
     assert verify.params.validate() == {"scope": "all", "table": "d.t1", "keys": None, "where": None,
                                         "repair": False}
     assert all(verify.params.get_param(k).schema.get("title") for k in verify.params)
-    (task,) = verify.tasks
-    assert isinstance(task, DBLogVerifyOperator) and task.task_id == "verify__wh" and task.target == "wh"
+    assert [t.task_id for t in verify.topological_sort()] == ["verify__wh", "equal__wh"]
+    task = verify.get_task("verify__wh")
+    assert isinstance(task, DBLogVerifyOperator) and task.target == "wh" and not task.fail_on_difference
     assert task.outlets == [verify_asset("wh")]
     apply = dags["dblog_apply__wh"].get_task("apply")
     assert apply.outlets == [apply_alias("wh")]   # events for the changed tables only

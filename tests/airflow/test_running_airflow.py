@@ -6,10 +6,10 @@ states, task logs, XComs, Asset events, and a sensor deferred in the real trigge
 
 The tests share one Airflow and one dblog set-up (tables ``items`` and ``chunked``, the
 continuous tail DAG running through them, targets ``tgt`` and the Delta ``lake``) with
-test_browser_forms.py and test_running_lake.py, which run just before and after them
-(tests/airflow/conftest.py, ``running_airflow``); each works on rows of its own (here ids
-1-100 and from 9001 of ``items``, and ``chunked``; the browser's ids 201-270 of ``items``, the
-lake's 5001-5100).
+test_browser_forms.py, test_running_lake.py and test_running_verify.py, which run just before
+and after them (tests/airflow/conftest.py, ``running_airflow``); each works on rows of its own
+(here ids 1-100 and from 9001 of ``items``, and ``chunked``; the browser's ids 201-270 of
+``items``, the lake's 5001-5100, the verification's 5201-5210).
 """
 from __future__ import annotations
 
