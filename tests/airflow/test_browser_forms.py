@@ -21,6 +21,7 @@ APPLY = "dblog_apply__tgt"
 CONTROL = "dblog_dump_control__src"
 APPLY_LAKE = "dblog_apply__lake"
 MAINTAIN = "dblog_maintain__lake"
+VERIFY = "dblog_verify__src"
 REPAIR_TASKS = ("create_request", "dump", "apply__tgt", "apply__lake")  # a repair applies every target
 RUN_TIMEOUT = 600  # a repair runs Spark (local[2]) on a loaded 2-core machine
 
@@ -197,4 +198,42 @@ def test_the_maintenance_form_of_the_lake_target_runs_a_dry_run_of_one_table(dep
     assert report["dry_run"] and report["files_after"] == report["files_before"] >= 1, report
     assert report["version_after"] == report["version_before"], report  # no commit
     see_run_state(ui, MAINTAIN, run["dag_run_id"], "Success", task="maintain")
+    ui.shot("run-succeeded")
+
+
+def test_the_verification_form_with_repair_switched_on_finds_and_repairs_damaged_keys(deployment, ui):
+    """``dblog_verify__src``'s form: scope "A list of primary keys", the table, two keys typed,
+    Repair switched on, Trigger; the run verifies both targets (the apply DAGs run meanwhile:
+    the verification waits for them to pass its HW), repairs the damaged key and succeeds."""
+    import time
+    d, api = deployment, deployment.api
+    d.setup.execute("INSERT INTO items VALUES (262, 'verify', 2), (263, 'verify', 3)")
+    d.drain()
+    assert api.run_dag(APPLY)[1] == "success"
+    d.damage_items(262, 263)
+
+    before = run_ids(api, VERIFY)
+    form = ui.open_trigger_form(VERIFY)
+    ui.choose(form, "What to verify", "A list of primary keys")
+    ui.choose(form, "Table", d.items)
+    ui.field(form, "keys").fill("262\n263")
+    ui.switch(form, "repair").click()
+    ui.shot("filled-form")
+    ui.trigger_button(form).click()
+
+    run = new_ui_run(api, VERIFY, before)
+    assert run["triggered_by"] == "ui" and run["triggering_user_name"] == USER, run
+    assert run["conf"] == {"scope": "keys", "table": d.items, "keys": "262\n263", "where": None, "repair": True}, \
+        run["conf"]
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while api.run_state(VERIFY, run["dag_run_id"]) not in ("success", "failed"):
+        assert time.monotonic() < deadline, api.task_states(VERIFY, run["dag_run_id"])
+        for dag_id in (APPLY, APPLY_LAKE):
+            assert api.run_dag(dag_id, timeout=RUN_TIMEOUT)[1] == "success", dag_id
+    assert api.run_state(VERIFY, run["dag_run_id"]) == "success", api.task_states(VERIFY, run["dag_run_id"])
+    result = api.xcom(VERIFY, run["dag_run_id"], "verify__tgt")
+    assert result["repaired"] and result["repair"][d.items]["keys"] == 2, result
+    diff = d.compare(d.items)
+    assert diff.equal, diff.describe()
+    see_run_state(ui, VERIFY, run["dag_run_id"], "Success", task="verify__tgt")
     ui.shot("run-succeeded")
