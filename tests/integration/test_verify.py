@@ -250,3 +250,26 @@ def test_a_key_list_and_a_condition_verify_only_their_rows_through_the_command(s
             assert main(base + bad) == 2
             assert words in capsys.readouterr().err
         assert cdc.state.requests(1000) == requests   # refused before any request
+
+
+@pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)   # the Spark chunk reader is the dump's, per source tested there
+def test_a_whole_table_verification_reads_its_chunks_on_spark(src_db, make_cdc, capsys):
+    """``dblog verify --via spark`` (the default for a whole table): the dump job reads the
+    verification's chunks through Spark's JDBC reader; the same report as in-process."""
+    from airflow_provider_dblog.cli import main
+    _seed(src_db)
+    cdc = make_cdc(["t"])
+    table = f"{cdc.db}.t"
+    cdc.start_tail()
+    cdc.dump_local("t")
+    cdc.apply_local()
+    _damage_postgres(cdc, cdc.source.table_schema(table))
+    with Background(cdc):
+        capsys.readouterr()
+        assert main(["--config", str(cdc.path), "verify", "--table", table, "--chunk-size", "100", "--wait", "300"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    report = out["tables"][table]
+    assert (_keys(report, "missing"), _keys(report, "extra")) == ([DELETED], [EXTRA]), report
+    assert _keys(report, "different") == sorted((k, (c,)) for k, (c, _) in DAMAGE.items()), report
+    assert report["compared"] == ROWS - 1, report   # every row but the missing one (the different ones too)
+    assert cdc.state.request(out["request"])["spec"]["verify"] == "tgt"
