@@ -198,7 +198,8 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     if change is not None and not change[1].compatible:   # a quarantine whose record is gone: stop too,
         why = f"changed at {change[0]}: {change[1].describe()}"   # recorded again so that a dump releases it
         quarantine_table(state, table, change[0], why)
-        quarantine = {"at": change[0].encode(), "why": why, "fix": fix_for(table)}
+        quarantine = {"at": change[0].encode(), "why": why, "fix": fix_for(table)} | {
+            k: v for k, v in (quarantine or {}).items() if k == "releasing"}   # (a release after this batch)
         frontier, change = change[0], None
     ahead = frontier   # a held value's fix may lie past the change the batch ends at (held_at)
     if change is not None:
@@ -333,8 +334,10 @@ def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store,
             continue
         before, what = retry.retries, f"apply of {t} to {target_label(tcfg)}"
         res = last = retry.run(lambda: applier.apply_table(schemas[t]), what)
-        while last.get("evolved") and last["status"] in ("applied", "empty"):
-            # the batch ended at a change of the table's shape, which the target took: go on from it
+        while (last.get("evolved") and last["status"] in ("applied", "empty")) or \
+                (last.get("quarantined") or {}).get("releasing"):
+            # the batch ended at a change of the table's shape, which the target took, or at the
+            # break a done dump releases (quarantine.settle): go on from it
             more = retry.run(lambda: applier.apply_table(schemas[t]), what)
             if more["from"] == last["from"]:   # the checkpoint did not move: a concurrent run took it
                 break

@@ -120,7 +120,8 @@ def settle(target, state, source_name: str, table: str, shape_at: Callable[[Posi
     has been rebuilt past every break. A releasing dump done: the target table rebuilt
     empty in ``shape_at(last)`` (the shape holding at the latest break) with its checkpoint
     there, recorded for this target only, None. Else the entry, with ``at`` the first break
-    this target has not been rebuilt past: the batch stops there."""
+    this target has not been rebuilt past: the batch stops there (with ``releasing``, the
+    dump that releases it once a target keeping a changelog has applied up to there)."""
     name = target.config.name
     state.r.sadd(state.k(TARGETS), name)
     raw = state.r.hget(state.k(KEY), table)
@@ -139,6 +140,11 @@ def settle(target, state, source_name: str, table: str, shape_at: Callable[[Posi
     rid = releasing_dump(state, table, last)
     if rid is None:
         return entry | {"at": pending[0].encode()}
+    applied = target.applied_pos(source_name, table)
+    if getattr(target.config, "changelog", False) and applied is not None and applied < pending[0]:
+        # its changelog takes the events up to the break first (this batch); the same run then
+        # comes back here and rebuilds (apply_plan.apply_tables: "releasing")
+        return entry | {"at": pending[0].encode(), "releasing": rid}
     schema = shape_at(last)
     # each step is safe to redo: until the rebuild is recorded, the next apply starts over
     target.drop_table(schema)

@@ -73,7 +73,10 @@ def _newest(rows: pa.Table, key: list[str]) -> pa.Table:
     first = None
     for k in key:
         col = rows[k].combine_chunks()
-        differs = pc.not_equal(col.slice(1), col.slice(0, n - 1))
+        a, b = col.slice(1), col.slice(0, n - 1)
+        differs = pc.not_equal(a, b)
+        if pa.types.is_floating(col.type):   # a NaN key is one key (the source's, and GROUP BY's), though NaN != NaN
+            differs = pc.and_(differs, pc.invert(pc.and_(pc.is_nan(a), pc.is_nan(b))))
         first = differs if first is None else pc.or_(first, differs)
     return rows.filter(pa.concat_arrays([pa.array([True]), first]))
 

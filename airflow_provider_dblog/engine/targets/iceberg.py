@@ -376,7 +376,7 @@ class IcebergTarget:   # implements targets.base.Target
         txn = t.transaction()
         self._rewrite(txn, t, replaced, None, {_APPLIED + source: applied.encode()})
         txn.commit_transaction()
-        return m.deleted
+        return sum(len(k) - pc.sum(k.cast(pa.int64())).as_py() for _, k in replaced)   # rows, not keys (as Delta)
 
     def append_changelog(self, table: TableSchema, events: Iterable[pa.Table], source: str, new_pos: Position,
                          truncated_ts: int | None = None) -> int:

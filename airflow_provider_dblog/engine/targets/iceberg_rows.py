@@ -100,7 +100,8 @@ def matched(batch: pa.Table, files: list[pa.Table], key: list[str]) -> Matched:
         keep = np.ones(f.num_rows, bool)
         keep[r_idx[f_idx == i]] = False
         masks.append(pa.array(keep))
-    count = lambda m: int(pc.sum(pc.cast(m, pa.int64())).as_py() or 0)   # noqa: E731
+    # batch rows, each once (a key the table holds twice joins twice)
+    count = lambda m: len(np.unique(j[_B].filter(m).to_numpy()))   # noqa: E731
     inserted = count(pc.and_(pc.invert(has), pc.invert(is_delete)))
     updated, deleted = count(pc.and_(newer, pc.invert(is_delete))), count(pc.and_(newer, is_delete))
     return Matched(write=write, keep_masks=masks, old_row=old_row, inserted=inserted, updated=updated,

@@ -18,7 +18,8 @@ def orphans(rows: pa.Table, keep: pa.Table, key: list[str], below: Position, tab
     """The keys of ``rows`` (the target's keys and positions) below ``below`` that a full
     dump did not see (``keep``) and the source does not hold now (``in_source``)."""
     rows = rows.filter(pc.less(rows[POS_COLUMN], below.encode())).select(key)
-    gone = rows.join(keep.select(key).cast(rows.schema), key, join_type="left anti")
+    # each key once, though the table holds it twice (a writer behind the apply): one MERGE source row per key
+    gone = rows.join(keep.select(key).cast(rows.schema), key, join_type="left anti").group_by(key).aggregate([])
     if gone.num_rows == 0 or in_source is None:
         return gone
     candidates = [tuple(r[k] for k in key) for r in gone.to_pylist()]
