@@ -53,14 +53,20 @@ class ChunkOrderError(DBLogError):
     plan and its key comparisons disagree (the dump would loop or skip rows)."""
 
 
+def _nan(v: Any) -> bool:
+    return isinstance(v, float) and v != v
+
+
 def advances(last: Sequence[tuple[bool, Any]], end: Sequence[tuple[bool, Any]]) -> bool | None:
     """Whether key ``end`` comes after key ``last`` (each ``Source.key_order``: (orderable,
     value) per column, compared column by column); None when the first column in which they
     differ cannot be ordered here (text: the server's collation decides)."""
     for (ok_a, a), (ok_b, b) in zip(last, end):
         try:
-            if a == b:
+            if a == b or (_nan(a) and _nan(b)):
                 continue
+            if _nan(a) or _nan(b):   # NaN sorts after every number (PostgreSQL's order of float keys)
+                return _nan(b) if ok_a and ok_b else None
             return b > a if ok_a and ok_b else None
         except (TypeError, decimal.InvalidOperation):
             return None

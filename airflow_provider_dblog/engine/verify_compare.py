@@ -53,6 +53,8 @@ class TableReport:
     missing: int = 0         # in the source, not in the target
     extra: int = 0           # in the target, not in the source
     different: int = 0       # on both sides, some value differs
+    ahead: int = 0           # target rows written past ``at`` (a lake batch between its two commits): read again
+    note: str = ""           # why keys were left out wholesale (a change of shape meanwhile)
     keys: dict = field(default_factory=lambda: {"missing": [], "extra": [], "different": []})
 
     @property
@@ -126,14 +128,17 @@ def last_changes(table: TableSchema, events: pa.Table) -> dict[str, str]:
 
 def compare_table(table: TableSchema, target: str, chunks: list[tuple[Position, Position, pa.Table]],
                   target_rows: Iterable[tuple], at: Position, changes: dict[str, str], floor: Position,
-                  scope: set[str] | None = None, reshaped: str = "") -> TableReport:
+                  scope: set[str] | None = None, upto: Position | None = None) -> TableReport:
     """``chunks``: the verification's reconciled chunks (LW, HW, events); ``target_rows``:
-    the target's rows read at applied position ``at``; ``changes``: last_changes of the
+    the target's rows read at applied position ``at`` (each ending with its ``_dblog_pos``);
+    ``changes``: last_changes of the
     table's events in (floor, at); ``scope``: the requested keys (a key-list verification),
-    else every target row is in scope; ``reshaped``: the newest change of the table's shape
-    (or TRUNCATE) in (floor, at), encoded: every key read before it is left out."""
+    else every target row is in scope (verify_run leaves a table whose shape changed in
+    (floor, at) out before this); ``upto``: the rows may hold every event below it (default
+    ``at``), ``changes`` run up to it; a row written at or past it is ``ahead``."""
     types = [c.type for c in table.columns]
     report = TableReport(table.qualified, target, at.encode())
+    bound = (upto or at).encode()
     present: dict[str, tuple[str, bytes]] = {}   # key -> (its chunk's LW, digest of its row)
     absent: dict[str, str] = {}                   # requested keys the source lacks -> LW
     for lw, _, events in chunks:
@@ -144,16 +149,20 @@ def compare_table(table: TableSchema, target: str, chunks: list[tuple[Position, 
         for k in table.key_array([gone.field(c) for c in table.key]).to_pylist() if len(gone) else []:
             absent[k] = lw.encode()
     report.source_rows = len(present)
+    if scope is not None:   # and the rows the source found for them (a key it spells otherwise: a collation)
+        scope = scope | present.keys() | absent.keys()
 
     def moved(k: str, since: str) -> bool:
-        return reshaped > since or changes.get(k, "") > since
+        return changes.get(k, "") > since
 
     differs: dict[str, tuple] = {}
     seen: set[str] = set()
-    for batch in _batches(target_rows):
+    for batch in _batches(target_rows):   # each row: its values, then its _dblog_pos (Target.read_at)
         for k, row in zip(keys_of(table, batch), batch):
             if scope is not None and k not in scope:
                 continue
+            if row[-1] >= bound:   # merged past where this read can be: read again
+                report.ahead += 1
             report.target_rows += 1
             if k in seen:   # the key held twice (a lake table can): that row is extra, writes or not
                 report.extra += 1

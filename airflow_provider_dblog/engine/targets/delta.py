@@ -156,14 +156,16 @@ class DeltaTarget:   # implements targets.base.Target
         return self._open(table).to_pyarrow_table()
 
     def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[tuple]]:
-        """The rows (the source side's values, lake_rows.arrow_rows) and the applied position
-        of one version of the table (verification)."""
+        """The rows (the source side's values, arrow_values.arrow_rows, then each row's
+        ``_dblog_pos``) and the applied position of one version of the table (verification)."""
         dt = self._open(table)
         if dt is None:
             return None, iter(())
         pos = applied_in(dt, source, upto=dt.version())
-        return (Position.decode(pos) if pos else None), arrow_rows(table, dt.to_pyarrow_table(
-            columns=table.column_names))
+        data = _columns(dt.to_pyarrow_table(columns=[c for c in table.column_names + [POS_COLUMN]
+                                                      if c in dt.schema().to_arrow().names]), table)
+        rows = (r + (p,) for r, p in zip(arrow_rows(table, data), data[POS_COLUMN].to_pylist()))
+        return (Position.decode(pos) if pos else None), rows
 
     def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]:
         names = table.column_names + ([POS_COLUMN] if with_pos else [])
@@ -331,3 +333,12 @@ class DeltaTarget:   # implements targets.base.Target
         from .delta_changelog import append_marked
         return append_marked(self.root, table, source, op, at, images, f"Delta target {self.config.name}",
                              self.options)
+
+
+def _columns(data: pa.Table, table: TableSchema) -> pa.Table:
+    """``data`` with a null column for each of ``table``'s it lacks (a column dropped since:
+    verification leaves such a read out, verify_run)."""
+    for name in table.column_names:
+        if name not in data.column_names:
+            data = data.append_column(name, pa.nulls(data.num_rows))
+    return data

@@ -177,12 +177,16 @@ class IcebergTarget:   # implements targets.base.Target
         return self._load(table).scan(snapshot_id=snapshot_id).to_arrow()
 
     def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[tuple]]:
-        """The rows (the source side's values, lake_rows.arrow_rows) and the applied position
-        of one metadata version: its properties and its current snapshot (verification)."""
+        """The rows (the source side's values, then each row's ``_dblog_pos``) and the applied
+        position of one metadata version: its properties and its current snapshot (verification)."""
         t = self._load(table)
         if t is None:
             return None, iter(())
-        return self._applied(t, source), arrow_rows(table, t.scan(selected_fields=tuple(table.column_names)).to_arrow())
+        have = {f.name for f in t.schema().fields}
+        data = t.scan(selected_fields=tuple(c for c in (*table.column_names, POS_COLUMN) if c in have)).to_arrow()
+        for name in table.column_names:   # a column dropped since: verification leaves such a read out
+            data = data if name in have else data.append_column(name, pa.nulls(data.num_rows))
+        return self._applied(t, source), (r + (p,) for r, p in zip(arrow_rows(table, data), data[POS_COLUMN].to_pylist()))
 
     def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]:
         names = table.column_names + ([POS_COLUMN] if with_pos else [])

@@ -26,9 +26,10 @@ def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any
 
 
 def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[tuple]]:
-    """The rows (read exactly: pg_tables.read_list / from_row, the source side's values) and
-    the applied position, in one REPEATABLE READ transaction of its own connection: the
-    rows are the table at that position. The rows stream (a server-side cursor)."""
+    """The rows (read exactly: pg_tables.read_list / from_row, the source side's values, then
+    each row's ``_dblog_pos``) and the applied position, in one REPEATABLE READ transaction
+    of its own connection: the rows are the table at that position. The rows stream (a
+    server-side cursor)."""
     conn = self._connect(self.database)
     try:
         conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
@@ -49,9 +50,9 @@ def _stream(self, conn, table: TableSchema) -> Iterator[tuple]:
     try:
         with conn.cursor(name="dblog_verify") as cur:   # the same transaction: the same snapshot
             cur.itersize = 20_000
-            cur.execute(sql.SQL("SELECT {} FROM {}").format(read_list(table, names),
-                                                           self._tid(target_table_name(table))))
+            cur.execute(sql.SQL("SELECT {}, {} FROM {}").format(read_list(table, names), sql.Identifier(POS_COLUMN),
+                                                               self._tid(target_table_name(table))))
             for row in cur:
-                yield from_row(table, names, row)
+                yield from_row(table, names, row[:-1]) + (row[-1],)
     finally:
         conn.close()
