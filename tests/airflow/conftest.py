@@ -254,7 +254,8 @@ def deployed(tmp_path_factory, apply_schedule, name: str = "running-airflow", ex
         raw = yaml.safe_load(setup.path.read_text())
         # chunked dump DAGs (the default) with two chunk groups per run, to show a run continue
         raw["airflow"] = {"tail_run_seconds": TAIL_RUN_SECONDS, "apply_schedule": apply_schedule,
-                          "chunks_per_run": 2, "maintain_schedule": None}  # maintenance only when triggered
+                          "chunks_per_run": 2, "maintain_schedule": None,   # maintenance and
+                          "verify_schedule": None}   # verification only when triggered
         if lake:
             raw["targets"]["lake"] = {"kind": "delta", "source": "src", "path": str(root / "lake"), "changelog": True}
         raw["dump"]["window_timeout_s"] = 300  # the deferral test holds the tail back a while
