@@ -70,14 +70,17 @@ class Background:
             self.stop.wait(0.2)
 
     def _write(self):
-        with self.cdc.sdb.cursor() as cur:
-            while not self.stop.is_set():
-                for sql, args in self.ops:
-                    if self.stop.is_set():
-                        break
-                    cur.execute(sql, args)   # (autocommit: each its own transaction)
-                    self.writes += 1
-                    time.sleep(0.002)
+        try:
+            with self.cdc.sdb.cursor() as cur:
+                while not self.stop.is_set():
+                    for sql, args in self.ops:
+                        if self.stop.is_set():
+                            break
+                        cur.execute(sql, args)   # (autocommit: each its own transaction)
+                        self.writes += 1
+                        time.sleep(0.002)
+        except Exception as e:   # noqa: BLE001 - surfaced at the end
+            self.errors.append(e)
 
     def __enter__(self):
         for t in self.threads:

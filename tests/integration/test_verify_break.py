@@ -43,55 +43,10 @@ from airflow_provider_dblog.engine.targets.iceberg import IcebergTarget
 from airflow_provider_dblog.engine.targets.postgres import PostgresTarget
 from airflow_provider_dblog.engine.verify_run import run_verify
 from helpers import pg_connect, wait_until
+from test_verify import Background   # the apply and a writer in threads beside a verification
 
 MARIADB = pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)
 POSTGRES = pytest.mark.parametrize("src_db", ["postgres"], indirect=True)
-
-
-class Background:
-    """The apply (every 0.2 s, of ``tables`` or all) and, given ``ops``, a writer cycling
-    through them, in threads (tests/integration/test_verify.py's pattern); a writer's error
-    is surfaced at the end too."""
-
-    def __init__(self, cdc, ops: list | None = None, target: str = "tgt"):
-        self.cdc, self.ops, self.target = cdc, ops, target
-        self.stop, self.errors, self.writes = threading.Event(), [], 0
-        self.threads = [threading.Thread(target=self._apply, daemon=True)]
-        if ops:
-            self.threads.append(threading.Thread(target=self._write, daemon=True))
-
-    def _apply(self):
-        while not self.stop.is_set():
-            try:
-                run_apply(self.cdc.cfg, self.target, via="local")
-            except Exception as e:   # noqa: BLE001 - surfaced at the end
-                self.errors.append(e)
-                return
-            self.stop.wait(0.2)
-
-    def _write(self):
-        try:
-            with self.cdc.sdb.cursor() as cur:
-                while not self.stop.is_set():
-                    for sql, args in self.ops:
-                        if self.stop.is_set():
-                            break
-                        cur.execute(sql, args)   # (autocommit: each its own transaction)
-                        self.writes += 1
-                        time.sleep(0.002)
-        except Exception as e:   # noqa: BLE001 - surfaced at the end
-            self.errors.append(e)
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-        assert not self.errors, self.errors
 
 
 def _create(src_db, tables: dict[str, tuple[str, list[str]]]) -> None:
