@@ -1,5 +1,6 @@
 """The chaos loop's report (bench/chaos.py): faults injected and recovered, the engine's retry
-counters from Redis, dumps, applies, rows written, and the divergences per table."""
+counters from Redis, dumps, applies, rows written, the verifications after each fault (each
+must be equal: a difference or an error is a failure), and the divergences per table."""
 from __future__ import annotations
 
 from collections import Counter
@@ -15,6 +16,8 @@ def report(h, minutes, chaos_s, finish_s, unfinished, drained, no_windows, apply
     killed = [rid for rid, r in reqs.items() if r["killed"]]
     zombies = [f for f in h.faults if f["kind"] == "tail_zombie" and f["injected"]]
     bad = sum(v["missing"] + v["extra"] + v["different"] for v in divergences.values())
+    checks = [f["verify"] for f in h.faults if "verify" in f]
+    unequal = [c for c in checks if not c.get("equal")]
     res = {
         "minutes": minutes, "seed": h.seed, "source": h.kind,
         "chaos_seconds": round(chaos_s, 1), "finish_seconds": round(finish_s, 1),
@@ -41,9 +44,12 @@ def report(h, minutes, chaos_s, finish_s, unfinished, drained, no_windows, apply
         "drained": drained, "no_open_windows": no_windows,
         "final_apply": {"ok": apply_res is not None, "error": apply_error},
         "divergences": divergences, "divergent_rows": bad,
+        "verifications": {"runs": len(checks), "equal": len(checks) - len(unequal), "not_equal": unequal[:5],
+                          "compared": sum(c.get("compared", 0) for c in checks),
+                          "skipped": sum(c.get("skipped", 0) for c in checks)},
         "tail_exits": [e for e in h.tail.exits if "last_lines" in e][:10],
         "fault_log": h.faults,
     }
-    res["ok"] = bool(bad == 0 and drained and no_windows and apply_res is not None and not unfinished
+    res["ok"] = bool(bad == 0 and not unequal and drained and no_windows and apply_res is not None and not unfinished
                      and all(f["recovered"] for f in h.faults if f["injected"]))
     return res

@@ -55,6 +55,16 @@ def table(res: dict) -> str:
                      cron["freshness_s"].get("p99"), r.get("p99"), "p99 < 15 s", _met(ev["freshness_s"]["p99"], 15, False)))
         rows.append(("   p50 s (event vs cron)", ev["freshness_s"]["p50"], cron["freshness_s"].get("p50"), r.get("p50"),
                      "(context)", ""))
+    if v := res.get("verify"):
+        rows.append(("7. verify rows/s vs raw Spark reads of both tables", v["ours"]["rows_per_s"],
+                     v["baseline"]["rows_per_s"], v["ratio"], f">= {v['goal']}", _met(v["ratio"], v["goal"], True)))
+        W = v["impact"]
+        rows.append(("   write latency p99 s (verify vs none)", W["verify"]["p99"], W["no_verify"]["p99"],
+                     W["ratio_p99"], f"<= {W['goal']}", _met(W["ratio_p99"], W["goal"], False)))
+        rows.append(("   write latency p50 s (verify vs none)", W["verify"]["p50"], W["no_verify"]["p50"],
+                     W["ratio_p50"], "(context)", ""))
+        rows.append(("   write latency p99 s, whole verification (JVM start, compare)", W["whole_verification"]["p99"],
+                     W["no_verify"]["p99"], W["ratio_p99_whole"], "(context)", ""))
     out = ["| metric | ours | baseline | ratio | goal | met |", "|---|---:|---:|---:|---|---|"]
     out += ["| " + " | ".join(_fmt(c) if not isinstance(c, str) else c for c in r) + " |" for r in rows]
     return "\n".join(out)
@@ -107,6 +117,13 @@ def markdown(res: dict) -> str:
             lines.append(f"| `{m['apply_schedule']}` | {m['minutes']:g} | {f['n']} | {f['p50']} | {f['p90']} | {f['p99']} "
                          f"| {f['max']} | {m['apply_runs']} | {rs['p50']} / {rs['max']} |")
         lines.append("")
+    if v := res.get("verify"):
+        lines += [f"Verify: {v['rows']:,} rows (source and target), {'equal' if v['equal'] else '**NOT equal**'}: "
+                  f"{v['compared']:,} rows compared, {v['skipped']:,} changing keys left out; ours {v['ours']['seconds']}s "
+                  f"(dump on Spark, target read, comparison), baseline {v['baseline']['seconds']}s (both tables read "
+                  f"raw); {v['windows']} chunk windows over {v['windows_s']}s; write latency n={v['impact']['no_verify']['n']} "
+                  f"quiet, n={v['impact']['verify']['n']} during the windows; "
+                  f"apply errors {len(v['apply_errors'])}.", ""]
     return "\n".join(lines)
 
 

@@ -9,10 +9,10 @@ import time
 import uuid
 from pathlib import Path
 
-from . import dags, phases, report
+from . import dags, phases, report, verify
 from .sources import open_bench_source
 
-PHASES = ("dump", "tail", "lag", "fresh", "dags")
+PHASES = ("dump", "tail", "lag", "fresh", "dags", "verify")
 ALIASES = {"impact": "lag", "stall": "lag", "freshness": "fresh", "airflow": "dags"}
 
 
@@ -32,6 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--write-rate", type=float, default=200, help="application writes per second")
     p.add_argument("--baseline-seconds", type=float, default=60, help="writes without a dump")
     p.add_argument("--fresh-rows", type=int, default=10_000)
+    p.add_argument("--verify-rows", type=int, default=4_000_000, help="phase verify: rows of the verified table")
     p.add_argument("--apply-runs", type=int, default=6)
     p.add_argument("--fresh-via", choices=("engine", "airflow"), default="engine",
                    help="apply through the engine's apply_job or the provider's apply DAG")
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
             if name in a.phases:
                 t0 = time.monotonic()
                 log.info("phase %s", name)
-                res[name] = (dags.dags if name == "dags" else getattr(phases, name))(a, src, work)
+                res[name] = {"dags": dags.dags, "verify": verify.verify}.get(name, getattr(phases, name, None))(a, src, work)
                 res[name]["phase_seconds"] = round(time.monotonic() - t0, 1)
     finally:
         src.teardown()

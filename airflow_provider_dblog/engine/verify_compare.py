@@ -16,26 +16,33 @@ table's ``floor`` (the log head read before the dump's max key: any key the sour
 then without a later event is in some chunk). So a table verifies under concurrent writes
 with no false positives, and the source sees only the dump's short selects.
 
-Values compare in the exact form of ``values.comparable`` (the fidelity tests' form), each
-row through a 16-byte digest (a count goes with it: ``compared``); the rows of the keys
-that differ are read again to name the columns. No Spark and no Airflow here.
+Values compare in the exact form of ``values.comparable`` (the fidelity tests' form),
+column at a time in Arrow: both sides hold each column as its logical type's Arrow array
+(verify_rows.py), the target's rows are matched to the source's by key string
+(``pc.index_in``), and each column is compared over all matched rows at once (floats by
+their bits' meaning: NaN equals NaN, -0.0 is not 0.0). A count goes with every result
+(``compared``), and a key the target holds twice is extra. No Spark and no Airflow here.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .arrow_values import arrow_rows, to_arrow
+from .arrow_values import from_arrow, to_arrow
 from .events import DELETE
 from .positions import Position
 from .requests import MAX_KEYS
 from .schema import TableSchema
 from .values import comparable
+from .verify_rows import BAD, POS, empty
+
+KEY, LW = "_dblog_key", "_dblog_lw"   # the source side's key strings and each row's chunk LW
+_BY_VALUE = {"text:interval"}   # compared through values.comparable (one interval, several texts)
 
 SHOWN = MAX_KEYS   # keys kept per kind of difference (a repair dumps them; the counts are exact)
 
@@ -82,130 +89,163 @@ def key_strings(table: TableSchema, keys: list[tuple]) -> list[str]:
     return table.key_array([to_arrow(t, [k[i] for k in keys]) for i, t in enumerate(table.key_types)]).to_pylist()
 
 
-def keys_of(table: TableSchema, rows: list[tuple]) -> list[str]:
-    """The log's key strings of rows of logical values (in column order)."""
-    idx = [table.column_names.index(k) for k in table.key]
-    return key_strings(table, [tuple(r[i] for i in idx) for r in rows])
+def _first_in(values: pa.Array) -> pa.Array:
+    """True where a value appears for the first time in ``values``."""
+    first = pc.index_in(values, value_set=values)
+    return pc.equal(first, pa.array(np.arange(len(values), dtype=np.int32)))
 
 
-def _digest(types: list[str], row: tuple) -> bytes:
-    return hashlib.blake2b(repr(tuple(comparable(t, v) for t, v in zip(types, row))).encode(),
-                           digest_size=16).digest()
+def _count(mask) -> int:
+    return int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0) if len(mask) else 0
 
 
-def _batches(rows: Iterable[tuple], size: int = 20_000) -> Iterator[list[tuple]]:
-    batch: list[tuple] = []
-    for r in rows:
-        batch.append(r)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def _source_side(table: TableSchema, chunks) -> tuple[pa.Table, pa.Table]:
+    """The chunks' rows (the table's columns, their key strings ``KEY`` and their chunk's LW
+    ``LW``; a key read twice keeps its last row) and the requested keys the source lacks
+    (``KEY``, ``LW``: a key-list chunk's delete events)."""
+    rows, gone = [], []
+    for lw, _, events in chunks:
+        live = events.filter(pc.not_equal(events["op"], DELETE))
+        if live.num_rows:
+            after = pa.Table.from_struct_array(live["after"].combine_chunks()).select(table.column_names)
+            keys = live["key"].combine_chunks()   # the row's key string (the dump's key_array of its key)
+            rows.append(after.append_column(KEY, keys).append_column(LW, pa.repeat(pa.scalar(lw.encode()), len(keys))))
+        dead = events.filter(pc.equal(events["op"], DELETE))
+        if dead.num_rows:   # (their key in the before image)
+            before = dead["before"].combine_chunks()
+            keys = table.key_array([before.field(c) for c in table.key])
+            gone.append(pa.table({KEY: keys, LW: pa.repeat(pa.scalar(lw.encode()), len(keys))}))
+    present = pa.concat_tables(rows) if rows else empty(table).select(table.column_names).append_column(
+        KEY, pa.array([], pa.string())).append_column(LW, pa.array([], pa.string()))
+    keys = present[KEY].combine_chunks()
+    if present.num_rows and pc.count_distinct(keys).as_py() < len(keys):   # a key read twice: its last row
+        last = _first_in(keys.take(pa.array(np.arange(len(keys) - 1, -1, -1)))).to_numpy(zero_copy_only=False)
+        present = present.filter(pa.array(last[::-1]))
+    absent = pa.concat_tables(gone) if gone else pa.table({KEY: pa.array([], pa.string()),
+                                                           LW: pa.array([], pa.string())})
+    absent = absent.filter(pc.invert(pc.is_in(absent[KEY], value_set=present[KEY].combine_chunks())))
+    return present, absent
 
 
-def _images(table: TableSchema, struct: pa.ChunkedArray | pa.Array) -> list[tuple]:
-    struct = struct.combine_chunks() if isinstance(struct, pa.ChunkedArray) else struct
-    return list(arrow_rows(table, pa.Table.from_struct_array(struct))) if len(struct) else []
+def _equal(logical: str, a: pa.Array, b: pa.Array) -> pa.Array:
+    """Per row: ``a`` and ``b`` hold equal values in the exact form of ``values.comparable``
+    (nulls equal; floats by their repr: NaN equals NaN, -0.0 is not 0.0)."""
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    if logical in _BY_VALUE:
+        av, bv = from_arrow(logical, a), from_arrow(logical, b)
+        return pa.array([comparable(logical, x) == comparable(logical, y) for x, y in zip(av, bv)], pa.bool_())
+    eq = pc.equal(a, b)
+    if pa.types.is_floating(a.type):
+        an = a.to_numpy(zero_copy_only=False)
+        bn = b.to_numpy(zero_copy_only=False)
+        same_sign = pa.array(np.signbit(an) == np.signbit(bn))
+        nans = pc.and_(pc.is_nan(a), pc.is_nan(b))
+        eq = pc.or_(pc.and_(eq, same_sign), pc.fill_null(nans, False))
+    return pc.or_(pc.fill_null(eq, False), both_null)
 
 
-def last_changes(table: TableSchema, events: pa.Table) -> dict[str, str]:
+def last_changes(table: TableSchema, events: pa.Table) -> pa.Table:
     """Each key's newest event position among ``events`` (its own key, and the key a
-    key-changing update moved the row away from)."""
-    out: dict[str, str] = {}
+    key-changing update moved the row away from): a table of ``KEY``, ``"pos"``."""
     if not events.num_rows:
-        return out
-    keys, pos = events["key"].to_pylist(), events["pos"].to_pylist()
+        return pa.table({KEY: pa.array([], pa.string()), "pos": pa.array([], pa.string())})
+    keys, pos = events["key"].combine_chunks(), events["pos"].combine_chunks()
     before = events["before"].combine_chunks()
-    moved = table.key_array([before.field(k) for k in table.key]).to_pylist() if before.null_count < len(before) \
-        else [None] * len(pos)
-    for k, b, p in zip(keys, moved, pos):
-        for key in (k, b):
-            if key is not None and out.get(key, "") < p:
-                out[key] = p
-    return out
+    moved = table.key_array([before.field(k) for k in table.key]) if before.null_count < len(before) \
+        else pa.nulls(len(pos), pa.string())
+    both = pa.table({KEY: pa.concat_arrays([keys.cast(pa.string()), moved.cast(pa.string())]),
+                     "pos": pa.concat_arrays([pos, pos])}).filter(pc.is_valid(pc.field(KEY)))
+    return both.group_by(KEY).aggregate([("pos", "max")]).rename_columns([KEY, "pos"])
+
+
+def _newest(changes: pa.Table, keys: pa.Array) -> pa.Array:
+    """The newest change position of each of ``keys`` (null: none)."""
+    return pc.take(changes["pos"].combine_chunks(), pc.index_in(keys, value_set=changes[KEY].combine_chunks()))
 
 
 def compare_table(table: TableSchema, target: str, chunks: list[tuple[Position, Position, pa.Table]],
-                  target_rows: Iterable[tuple], at: Position, changes: dict[str, str], floor: Position,
+                  target_rows: Iterable[pa.Table], at: Position, changes: pa.Table, floor: Position,
                   scope: set[str] | None = None, upto: Position | None = None) -> TableReport:
     """``chunks``: the verification's reconciled chunks (LW, HW, events); ``target_rows``:
-    the target's rows read at applied position ``at`` (each ending with its ``_dblog_pos``);
-    ``changes``: last_changes of the
-    table's events in (floor, at); ``scope``: the requested keys (a key-list verification),
-    else every target row is in scope (verify_run leaves a table whose shape changed in
-    (floor, at) out before this); ``upto``: the rows may hold every event below it (default
-    ``at``), ``changes`` run up to it; a row written at or past it is ``ahead``."""
-    types = [c.type for c in table.columns]
+    the target's rows read at applied position ``at``, in batches (verify_rows.py: the
+    columns in their logical type's Arrow form, ``_dblog_pos``, ``_dblog_bad``);
+    ``changes``: last_changes of the table's events in (floor, upto); ``scope``: the
+    requested keys (a key-list verification), else every target row is in scope
+    (verify_run leaves a table whose shape changed in (floor, at) out before this);
+    ``upto``: the rows may hold every event below it (default ``at``); a row written at
+    or past it is ``ahead``. Column at a time in Arrow: no per-row Python but for the
+    keys shown and the columns of ``_BY_VALUE`` types."""
     report = TableReport(table.qualified, target, at.encode())
-    bound = (upto or at).encode()
-    present: dict[str, tuple[str, bytes]] = {}   # key -> (its chunk's LW, digest of its row)
-    absent: dict[str, str] = {}                   # requested keys the source lacks -> LW
-    for lw, _, events in chunks:
-        after = _images(table, events.filter(pc.not_equal(events["op"], DELETE))["after"])
-        for k, r in zip(keys_of(table, after), after):
-            present[k] = (lw.encode(), _digest(types, r))
-        gone = events.filter(pc.equal(events["op"], DELETE))["before"].combine_chunks()   # (their key in the image)
-        for k in table.key_array([gone.field(c) for c in table.key]).to_pylist() if len(gone) else []:
-            absent[k] = lw.encode()
-    report.source_rows = len(present)
+    present, absent = _source_side(table, chunks)
+    report.source_rows = present.num_rows
+    batches = list(target_rows)
+    tgt = pa.concat_tables(batches) if batches else empty(table)
+    tkeys = table.key_array([tgt[k] for k in table.key]) if tgt.num_rows else pa.array([], pa.string())
     if scope is not None:   # and the rows the source found for them (a key it spells otherwise: a collation)
-        scope = scope | present.keys() | absent.keys()
+        wanted = pa.concat_arrays([pa.array(sorted(scope), pa.string()), present[KEY].combine_chunks(),
+                                   absent[KEY].combine_chunks()])
+        inside = pc.is_in(tkeys, value_set=wanted)
+        tgt, tkeys = tgt.filter(inside), tkeys.filter(inside)
+    report.target_rows = tgt.num_rows
+    report.ahead = _count(pc.greater_equal(tgt[POS], (upto or at).encode())) if tgt.num_rows else 0
+    first = _first_in(tkeys)
+    if tgt.num_rows and not pc.all(first).as_py():   # a key held twice (a lake table can): its later rows are extra
+        dup = pc.invert(first)
+        report.extra += _count(dup)
+        for k in tkeys.filter(dup).to_pylist()[:SHOWN]:
+            _show(report, "extra", k)
+        tgt, tkeys = tgt.filter(first), tkeys.filter(first)
 
-    def moved(k: str, since: str) -> bool:
-        return changes.get(k, "") > since
+    floor_s = floor.encode()
+    src_at = pc.index_in(tkeys, value_set=present[KEY].combine_chunks())   # each target row's source row
+    gone_at = pc.index_in(tkeys, value_set=absent[KEY].combine_chunks())
+    since = pc.coalesce(pc.take(present[LW].combine_chunks(), src_at),
+                        pc.take(absent[LW].combine_chunks(), gone_at), pa.scalar(floor_s))
+    moved = pc.fill_null(pc.greater(_newest(changes, tkeys), since), False)
+    report.skipped += _count(moved)
+    still = pc.invert(moved)
+    extra = pc.and_(still, pc.is_null(src_at))   # (a requested key the source lacks, too)
+    report.extra += _count(extra)
+    for k in tkeys.filter(extra).to_pylist()[:SHOWN]:
+        _show(report, "extra", k)
+    both = pc.and_(still, pc.is_valid(src_at))
+    report.compared += _count(both)
+    _compare_rows(table, report, tgt.filter(both), present.take(src_at.filter(both)), tkeys.filter(both))
 
-    differs: dict[str, tuple] = {}
-    seen: set[str] = set()
-    for batch in _batches(target_rows):   # each row: its values, then its _dblog_pos (Target.read_at)
-        for k, row in zip(keys_of(table, batch), batch):
-            if scope is not None and k not in scope:
-                continue
-            if row[-1] >= bound:   # merged past where this read can be: read again
-                report.ahead += 1
-            report.target_rows += 1
-            if k in seen:   # the key held twice (a lake table can): that row is extra, writes or not
-                report.extra += 1
-                _show(report, "extra", k)
-                continue
-            seen.add(k)
-            since = present[k][0] if k in present else absent.get(k, floor.encode())
-            if moved(k, since):
-                report.skipped += 1
-            elif k not in present:
-                report.extra += 1
-                _show(report, "extra", k)
-            else:
-                report.compared += 1
-                if present[k][1] != _digest(types, row):
-                    differs[k] = row
-    for k, (lw, _) in present.items():
-        if k not in seen:
-            if moved(k, lw):
-                report.skipped += 1
-            else:
-                report.missing += 1
-                _show(report, "missing", k)
-    report.compared += sum(1 for k in absent if k not in seen)   # absent on both sides
-    if differs:
-        _name_columns(table, report, chunks, differs)
+    # source rows the target lacks, and requested keys both lack
+    in_target = pc.is_in(present[KEY], value_set=tkeys)
+    lacking = present.filter(pc.invert(in_target))
+    gone = pc.fill_null(pc.greater(_newest(changes, lacking[KEY].combine_chunks()), lacking[LW]), False)
+    report.skipped += _count(gone)
+    missing = lacking.filter(pc.invert(gone))
+    report.missing = missing.num_rows
+    for k in missing[KEY].to_pylist()[:SHOWN]:
+        _show(report, "missing", k)
+    report.compared += _count(pc.invert(pc.is_in(absent[KEY], value_set=tkeys)))   # absent on both sides
     return report
+
+
+def _compare_rows(table: TableSchema, report: TableReport, tgt: pa.Table, src: pa.Table, keys: pa.Array) -> None:
+    """Counts the rows of one key on both sides that differ and names the columns of the first ones."""
+    if not tgt.num_rows:
+        return
+    equal = {}
+    for c in table.columns:
+        equal[c.name] = _equal(c.type, tgt[c.name].combine_chunks(), src[c.name].combine_chunks())
+    bad = pc.is_valid(tgt[BAD])   # a value the type cannot hold: that row differs
+    same = pc.invert(bad)
+    for eq in equal.values():
+        same = pc.and_(same, eq)
+    differ = pc.invert(same)
+    report.different = _count(differ)
+    rows = np.flatnonzero(differ.to_numpy(zero_copy_only=False))[:SHOWN]
+    bad_names = tgt[BAD].combine_chunks()
+    for i in rows:
+        named = (bad_names[int(i)].as_py() or "").split(",")
+        cols = [n for n, eq in equal.items() if not eq[int(i)].as_py() or n in named]
+        report.keys["different"].append({"key": json.loads(keys[int(i)].as_py()), "columns": cols})
 
 
 def _show(report: TableReport, kind: str, key: str) -> None:
     if len(report.keys[kind]) < SHOWN:
         report.keys[kind].append(json.loads(key))
-
-
-def _name_columns(table: TableSchema, report: TableReport, chunks, differs: dict[str, tuple]) -> None:
-    """The columns each differing key differs in (its source row found again in the chunks)."""
-    types, names = [c.type for c in table.columns], table.column_names
-    report.different = len(differs)
-    for _, _, events in chunks:
-        after = _images(table, events.filter(pc.not_equal(events["op"], DELETE))["after"])
-        for k, src in zip(keys_of(table, after), after):
-            dst = differs.get(k)
-            if dst is None or len(report.keys["different"]) >= SHOWN:
-                continue
-            cols = [n for n, t, a, b in zip(names, types, src, dst) if comparable(t, a) != comparable(t, b)]
-            report.keys["different"].append({"key": json.loads(k), "columns": cols})

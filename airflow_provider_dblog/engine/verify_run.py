@@ -22,7 +22,7 @@ import time
 from typing import Callable
 
 from .config import Config
-from .errors import VerificationError
+from .errors import TargetShapeError, VerificationError
 from .local_chunks import LocalChunkReader
 from .positions import Position
 from .quarantine import quarantined
@@ -61,6 +61,12 @@ def _verify(config: Config, parts: Wiring, target: str, spec: DumpSpec, via: str
     with parts.opened_source() as source:
         spec = validate_spec(source, DumpSpec(spec.scope, spec.tables, spec.keys, spec.chunk_size, spec.parallelism,
                                               spec.where, verify=target), config.dump)
+        with open_target(config.target(target)) as tgt:   # a shape it cannot hold: its apply holds the table
+            for t in spec.tables:
+                try:
+                    tgt.check_table(source.table_schema(t))
+                except TargetShapeError as e:
+                    raise VerificationError(f"{t} is held on target {target} for good: {e}") from None
         rid = state.create_request(spec.to_dict())
         log.info("verification %s of %s on target %s: %s", rid, ", ".join(spec.tables), target, spec.scope)
         try:
@@ -97,8 +103,10 @@ def _compare(parts: Wiring, target, rid: str, schema: TableSchema, scope: set[st
     deadline = time.monotonic() + wait_s
     while True:
         at, rows = _read_past(parts, target, schema, need, deadline, wait_s)
-        # a change of shape or a TRUNCATE meanwhile (a schema version, not a row event): every key read before it
-        reshaped = max((p for p, _ in parts.store.schema_versions(schema.qualified) if floor < p < at), default=None)
+        # a change of shape or a TRUNCATE meanwhile (a schema version, not a row event): every key read before
+        # it is out. At ``at`` itself too: a target at a change's position has taken it (its applied position
+        # moves to the change with the new shape, in one transaction or, on a lake, one commit after the rows)
+        reshaped = max((p for p, _ in parts.store.schema_versions(schema.qualified) if floor < p <= at), default=None)
         if reshaped is not None:
             read = sum(c[2].num_rows for c in chunks)
             return TableReport(schema.qualified, target.config.name, at.encode(), source_rows=read, skipped=read,

@@ -37,16 +37,34 @@ COLUMNS = {  # every type class of the type matrix the two sources share
 DAMAGE = {5: ("v", "-5"), 6: ("s", "'tampered'"), 7: ("d", "7.001"), 8: ("f", "8.000000000001"),
           9: ("day", "DATE '1999-12-31'"), 10: ("ts", "TIMESTAMP '2001-01-01 00:00:00.000001'"),
           11: ("b", "'\\x00ff'::bytea"), 12: ("j", "'{\"k\": 13}'")}
+# and each source's own type classes: time / interval, bit / bool, enum / set, uuid, arrays
+MORE_COLUMNS = {
+    "mysql": ("tm TIME(3), bt BIT(8), en ENUM('a','b','c'), st SET('x','y')",
+              "SEC_TO_TIME(seq + 0.5), seq % 256, ELT(seq % 3 + 1, 'a', 'b', 'c'), ELT(seq % 2 + 1, 'x', 'y')"),
+    "postgres": ("tm INTERVAL, ok BOOLEAN, u UUID, arr INT[]",
+                 "make_interval(secs => seq + 0.5), seq % 2 = 0, md5(seq::text)::uuid, ARRAY[seq, seq + 1]")}
+MORE_DAMAGE = {   # (the target's SQL, the value a lake table is given)
+    "mysql": {13: ("tm", "INTERVAL '00:00:07'", "00:00:07.000"), 14: ("bt", "77", 77), 15: ("en", "'c'", "c"),
+              16: ("st", "'x,y'", "x,y")},
+    "postgres": {13: ("tm", "INTERVAL '00:00:07'", "00:00:07"), 14: ("ok", "false", False),
+                 15: ("u", "'00000000-0000-0000-0000-000000000000'", "00000000-0000-0000-0000-000000000000"),
+                 16: ("arr", "'{9,9}'", "{9,9}")}}
 DELETED, EXTRA = 20, 5000
+
+
+def damage(kind: str) -> dict[int, tuple[str, str]]:
+    """Every damaged key of a source kind's table: (column, the target's SQL value)."""
+    return DAMAGE | {k: (c, v) for k, (c, v, _) in MORE_DAMAGE[kind].items()}
 
 
 def _seed(src_db, rows: int = ROWS) -> None:
     blob = src_db.md5_bytes("seq")
     with src_db.cursor() as cur:
-        src_db.create_table(cur, "t", COLUMNS[src_db.kind])
+        more, values = MORE_COLUMNS[src_db.kind]
+        src_db.create_table(cur, "t", f"{COLUMNS[src_db.kind]}, {more}")
         day = "DATE '2024-01-01' + " + ("INTERVAL seq DAY" if src_db.kind == "mysql" else "seq")
         cur.execute(f"INSERT INTO t SELECT seq, seq * 3, CONCAT('row ', seq), seq + 0.125, seq / 7.0, {day}, "
-                    f"{src_db.ts_plus_seconds('seq')}, {blob}, {src_db.json_object('k', 'seq')} "
+                    f"{src_db.ts_plus_seconds('seq')}, {blob}, {src_db.json_object('k', 'seq')}, {values} "
                     f"FROM {src_db.series(rows)}")
 
 
@@ -119,7 +137,7 @@ def _damage_postgres(cdc, schema) -> None:
     tcfg = cdc.cfg.target("tgt")
     name = f'"{tcfg.schema}"."{target_table_name(schema)}"'
     with contextlib.closing(pg_connect(tcfg.endpoint.database)) as conn, conn, conn.cursor() as cur:
-        for key, (col, value) in DAMAGE.items():
+        for key, (col, value) in damage(cdc.sdb.kind).items():
             cur.execute(f'UPDATE {name} SET "{col}" = {value} WHERE id = %s', (key,))
         cur.execute(f"DELETE FROM {name} WHERE id = %s", (DELETED,))
         cur.execute(f"INSERT INTO {name} (id, v, _dblog_pos) SELECT %s, 1, _dblog_pos FROM {name} WHERE id = 1",
@@ -134,13 +152,15 @@ def _damage_lake(cdc, schema, target: str) -> None:
     ids = rows["id"].to_pylist()
     tampered = {5: -5, 6: "tampered", 7: decimal.Decimal("7.001"), 8: 8.000000000001,
                 9: dt.date(1999, 12, 31), 10: dt.datetime(2001, 1, 1, 0, 0, 0, 1), 11: b"\x00\xff", 12: '{"k": 13}'}
+    tampered |= {k: v for k, (_, _, v) in MORE_DAMAGE[cdc.sdb.kind].items()}
+    cols = damage(cdc.sdb.kind)
     keep = [i for i, k in enumerate(ids) if k not in tampered and k != DELETED]
     changed = rows.take([ids.index(k) for k in tampered]).to_pylist()
     for r in changed:
-        col, value = DAMAGE[r["id"]][0], tampered[r["id"]]
+        col, value = cols[r["id"]][0], tampered[r["id"]]
         # a column the lake holds as the source's text (PostgreSQL numeric): the value's text
         text = pa.types.is_string(rows.schema.field(col).type) or pa.types.is_large_string(rows.schema.field(col).type)
-        r[col] = str(value) if text and not isinstance(value, str) else value
+        r[col] = str(value) if text and not isinstance(value, (str, bool)) else value
     extra = rows.take([ids.index(1), ids.index(30)]).to_pylist()
     extra[0]["id"] = EXTRA
     new = pa.concat_tables([rows.take(keep), pa.Table.from_pylist(changed + extra, schema=rows.schema)])
@@ -176,13 +196,14 @@ def test_every_damage_is_found_exactly_under_a_writer_and_repaired(src_db, make_
         assert not out["equal"] and report["missing"] == 1 and _keys(report, "missing") == [DELETED], report
         want_extra = [EXTRA] if target == "tgt" else [30, EXTRA]   # a lake table may hold a key twice
         assert _keys(report, "extra") == want_extra, report
-        assert _keys(report, "different") == sorted((k, (c,)) for k, (c, _) in DAMAGE.items()), report
+        damaged = damage(src_db.kind)
+        assert _keys(report, "different") == sorted((k, (c,)) for k, (c, _) in damaged.items()), report
         assert report["compared"] + report["skipped"] >= ROWS - len(WRITER_KEYS), report
         status = last_verifications(cdc.state)[f"{table}|{target}"]
-        assert (status["equal"], status["different"], status["at"]) == (False, len(DAMAGE), report["at"]), status
+        assert (status["equal"], status["different"], status["at"]) == (False, len(damaged), report["at"]), status
 
         fixed = run_verify(cdc.cfg, target, DumpSpec("table", [table]), repair=True, wait_s=120)
-        assert fixed["repaired"] and fixed["repair"][table]["keys"] == len(DAMAGE) + 1 + len(want_extra), fixed
+        assert fixed["repaired"] and fixed["repair"][table]["keys"] == len(damaged) + 1 + len(want_extra), fixed
         again = run_verify(cdc.cfg, target, DumpSpec("table", [table]), wait_s=120)
         assert again["equal"], again["tables"][table]
         assert bg.writes > 0
@@ -273,6 +294,6 @@ def test_a_whole_table_verification_reads_its_chunks_on_spark(src_db, make_cdc, 
     out = json.loads(capsys.readouterr().out)
     report = out["tables"][table]
     assert (_keys(report, "missing"), _keys(report, "extra")) == ([DELETED], [EXTRA]), report
-    assert _keys(report, "different") == sorted((k, (c,)) for k, (c, _) in DAMAGE.items()), report
+    assert _keys(report, "different") == sorted((k, (c,)) for k, (c, _) in damage(src_db.kind).items()), report
     assert report["compared"] == ROWS - 1, report   # every row but the missing one (the different ones too)
     assert cdc.state.request(out["request"])["spec"]["verify"] == "tgt"

@@ -12,7 +12,7 @@ yet (every row missing); keys the source never had. A JSON value whose text diff
 whitespace IS a difference (so would key order be): a ``json`` column is carried as the text written
 (engine/sources/postgres/column_types.py), so a target holding other text is not a copy.
 
-The product bugs found (1-4 fixed with these tests; 5 is a strict xfail, described where it is tested):
+The product bugs found (each fixed with its test here):
 1. a key-list verification names a row by a key its collation equates with the row's key
    (case, trailing space): the row is reported missing, and a repair says it failed;
 2. a lake target commits a batch that ends at a change of shape as rows first (old applied
@@ -21,7 +21,8 @@ The product bugs found (1-4 fixed with these tests; 5 is a strict xfail, describ
 3. a DROP or RENAME COLUMN applied after the verification's chunks, before its read of the
    target: the verification dies with the target driver's error;
 4. a NaN in a float8 primary key stops a verification (and a dump) of more than one chunk;
-5. a verification of a table whose apply is held waits all of ``wait_s`` and does not say why.
+5. a verification of a table whose apply is held by its shape (a lake's refusal: check_table) waits
+   all of ``wait_s`` and does not say why.
 """
 from __future__ import annotations
 
@@ -448,10 +449,6 @@ def test_a_nan_float_key_is_verified_in_several_chunks(src_db, make_cdc):
     assert r["equal"], r
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug 5 (minor): a table whose apply is held by its shape (here: an unconstrained numeric key on a lake, "
-    "held for good; a held value is told at once: apply_plan.held_tables) is not told apart from a slow apply: the verification waits all of wait_s (the command's default: 600 s) "
-    "and its error does not say why, unlike a quarantined table's (verify_run._compare)"))
 @POSTGRES
 def test_a_held_table_fails_its_verification_at_once_saying_why(src_db, make_cdc):
     cdc = make_cdc(["n"], lake="delta")

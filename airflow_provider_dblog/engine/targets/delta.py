@@ -35,12 +35,12 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.fs import DeltaStorageHandler
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-from ..arrow_values import arrow_rows
 from ..config import TargetConfig
 from ..errors import TargetShapeError
 from ..events import DELETE as _DELETE
 from ..positions import Position
 from ..schema import TableSchema
+from ..verify_rows import arrow_to_batches
 from .base import OP_COLUMN, POS_COLUMN, MergeResult, store_unreachable
 from .delta_evolve import evolved
 from .delta_keys import collapse, merged, pending, touched_twice
@@ -88,8 +88,11 @@ class DeltaTarget:   # implements targets.base.Target
     def exists(self, table: TableSchema | str) -> bool:
         return DeltaTable.is_deltatable(self.table_path(table), storage_options=self.options)
 
-    def ensure_table(self, table: TableSchema) -> bool:
+    def check_table(self, table: TableSchema) -> None:
         check_shape(table, "Delta", f"Delta target {self.config.name}")
+
+    def ensure_table(self, table: TableSchema) -> bool:
+        self.check_table(table)
         if self.exists(table):
             return False
         if self.local:
@@ -155,17 +158,16 @@ class DeltaTarget:   # implements targets.base.Target
         """The current-state table as Arrow (verification, tests)."""
         return self._open(table).to_pyarrow_table()
 
-    def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[tuple]]:
-        """The rows (the source side's values, arrow_values.arrow_rows, then each row's
-        ``_dblog_pos``) and the applied position of one version of the table (verification)."""
+    def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[pa.Table]]:
+        """The rows (verify_rows' batches: the logical types' Arrow form) and the applied
+        position of one version of the table (verification)."""
         dt = self._open(table)
         if dt is None:
             return None, iter(())
         pos = applied_in(dt, source, upto=dt.version())
         data = _columns(dt.to_pyarrow_table(columns=[c for c in table.column_names + [POS_COLUMN]
                                                       if c in dt.schema().to_arrow().names]), table)
-        rows = (r + (p,) for r, p in zip(arrow_rows(table, data), data[POS_COLUMN].to_pylist()))
-        return (Position.decode(pos) if pos else None), rows
+        return (Position.decode(pos) if pos else None), arrow_to_batches(table, data)
 
     def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]:
         names = table.column_names + ([POS_COLUMN] if with_pos else [])

@@ -38,12 +38,12 @@ from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, schema_to_
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import OperationalError
 
-from ..arrow_values import arrow_rows
 from ..config import TargetConfig
 from ..errors import TargetShapeError
 from ..events import DELETE as _DELETE
 from ..positions import Position
 from ..schema import TableSchema
+from ..verify_rows import arrow_to_batches
 from .base import OP_COLUMN, POS_COLUMN, MergeResult, store_unreachable
 from .delta_evolve import evolved
 from .iceberg_evolve import reshape
@@ -124,8 +124,11 @@ class IcebergTarget:   # implements targets.base.Target
     def exists(self, table: TableSchema | str) -> bool:
         return self.catalog.table_exists(self.identifier(table))
 
-    def ensure_table(self, table: TableSchema) -> bool:
+    def check_table(self, table: TableSchema) -> None:
         check_shape(table, "iceberg", f"Iceberg target {self.config.name}")
+
+    def ensure_table(self, table: TableSchema) -> bool:
+        self.check_table(table)
         if self.exists(table):
             return False
         try:
@@ -176,8 +179,8 @@ class IcebergTarget:   # implements targets.base.Target
         """The current-state table as Arrow (verification, tests), or an earlier snapshot."""
         return self._load(table).scan(snapshot_id=snapshot_id).to_arrow()
 
-    def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[tuple]]:
-        """The rows (the source side's values, then each row's ``_dblog_pos``) and the applied
+    def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[pa.Table]]:
+        """The rows (verify_rows' batches: the logical types' Arrow form) and the applied
         position of one metadata version: its properties and its current snapshot (verification)."""
         t = self._load(table)
         if t is None:
@@ -186,7 +189,7 @@ class IcebergTarget:   # implements targets.base.Target
         data = t.scan(selected_fields=tuple(c for c in (*table.column_names, POS_COLUMN) if c in have)).to_arrow()
         for name in table.column_names:   # a column dropped since: verification leaves such a read out
             data = data if name in have else data.append_column(name, pa.nulls(data.num_rows))
-        return self._applied(t, source), (r + (p,) for r, p in zip(arrow_rows(table, data), data[POS_COLUMN].to_pylist()))
+        return self._applied(t, source), arrow_to_batches(table, data)
 
     def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]:
         names = table.column_names + ([POS_COLUMN] if with_pos else [])

@@ -67,7 +67,7 @@ def qualified_name(schema: str, name: str) -> sql.Composed:
 
 
 # -- reading values back exactly -------------------------------------------------------------
-_FROM_TEXT = {"date": parse_pg_date, "timestamp": parse_pg_timestamp,
+FROM_TEXT = {"date": parse_pg_date, "timestamp": parse_pg_timestamp,
               "timestamptz": lambda text: parse_pg_timestamp(text, True)}
 
 
@@ -81,7 +81,7 @@ def read_list(table: TableSchema, names: list[str], alias: str = "") -> sql.Comp
         t = table.column(n).type
         if t == "text:inet":   # its output form, as the log has it (a cast to text keeps '/128')
             return sql.SQL("abbrev({}{})").format(pre, sql.Identifier(n))
-        if t in _FROM_TEXT or is_text_carried(t):
+        if t in FROM_TEXT or is_text_carried(t):
             return sql.SQL("{}{}::text").format(pre, sql.Identifier(n))
         return sql.SQL("{}{}").format(pre, sql.Identifier(n))
     return sql.SQL(", ").join(read(n) for n in names)
@@ -92,7 +92,7 @@ def from_row(table: TableSchema, names: list[str], row: tuple) -> tuple:
     out = []
     for n, v in zip(names, row):
         t = table.column(n).type
-        out.append(None if v is None else _FROM_TEXT[t](v) if t in _FROM_TEXT
+        out.append(None if v is None else FROM_TEXT[t](v) if t in FROM_TEXT
                    else float32(v) if t == "float32"      # psycopg2 reads real's shortest text
                    else bytes(v) if isinstance(v, memoryview) else v)
     return tuple(out)

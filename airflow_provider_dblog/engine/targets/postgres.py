@@ -134,6 +134,9 @@ class PostgresTarget:  # implements targets.base.Target
         cur.execute("SELECT to_regclass(%s) IS NOT NULL", (self.qualified_stage(name),))
         return bool(cur.fetchone()[0])
 
+    def check_table(self, table: TableSchema) -> None:
+        """Every shape a source gives is a PostgreSQL table's (logical_types.postgres_type)."""
+
     def ensure_table(self, table: TableSchema) -> bool:
         """Create the target table (and the checkpoint table) if it does not exist, under
         the table's advisory lock (concurrent first applies do not race); True if created.

@@ -104,8 +104,18 @@ def _read_table(query: Query, table: str, source_name: str, zero_as_null: bool) 
                         create if show_create(query, table) == create else "")
 
 
+NO_SUCH_TABLE = 1146
+
+
 def show_create(query: Query, table: str) -> str:
-    rows = query(f"SHOW CREATE TABLE {quote_table(table)}")
+    """SHOW CREATE TABLE's text; UnknownTableError when the table is gone (a RENAME or DROP
+    between this and the catalog reads before it: the same as gone before them)."""
+    try:
+        rows = query(f"SHOW CREATE TABLE {quote_table(table)}")
+    except pymysql.err.ProgrammingError as e:
+        if e.args and e.args[0] == NO_SUCH_TABLE:
+            raise UnknownTableError(f"table {table} no longer exists (renamed or dropped while read)") from None
+        raise
     return str(rows[0][1]) if rows else ""
 
 
