@@ -171,3 +171,14 @@ def test_floats_compare_by_repr_and_intervals_by_value():
 
 def test_key_strings_match_the_logs():
     assert key_strings(T, [(1,), (22,)]) == ["[1]", "[22]"]
+
+
+def test_a_key_read_in_two_chunks_compares_its_last_row():
+    row = (1, 1.0, 1.5, decimal.Decimal("1.50"), "x", b"", None, None, None, None, 1)
+    newer = row[:4] + ("y",) + row[5:]
+    chunks = [(pos(i), pos(i + 1), events_to_arrow(T, [Event("app.t", SNAPSHOT, (1,), None,
+                                                                 dict(zip(T.column_names, r)), pos(i))]))
+              for i, r in ((1, row), (3, newer))]
+    rep = compare_table(T, "tgt", chunks, rows_to_batches(T, [newer + (pos(0).encode(),)]), pos(9),
+                        last_changes(T, events_to_arrow(T, [])), pos(0))
+    assert rep.equal and (rep.compared, rep.source_rows) == (1, 1), rep

@@ -118,7 +118,7 @@ def _source_side(table: TableSchema, chunks) -> tuple[pa.Table, pa.Table]:
     present = pa.concat_tables(rows) if rows else empty(table).select(table.column_names).append_column(
         KEY, pa.array([], pa.string())).append_column(LW, pa.array([], pa.string()))
     keys = present[KEY].combine_chunks()
-    if present.num_rows and pc.count_distinct(keys).as_py() < len(keys):   # a key read twice: its last row
+    if present.num_rows and not pc.all(_first_in(keys)).as_py():   # a key read twice: its last row
         last = _first_in(keys.take(pa.array(np.arange(len(keys) - 1, -1, -1)))).to_numpy(zero_copy_only=False)
         present = present.filter(pa.array(last[::-1]))
     absent = pa.concat_tables(gone) if gone else pa.table({KEY: pa.array([], pa.string()),
