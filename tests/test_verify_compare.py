@@ -182,3 +182,15 @@ def test_a_key_read_in_two_chunks_compares_its_last_row():
     rep = compare_table(T, "tgt", chunks, rows_to_batches(T, [newer + (pos(0).encode(),)]), pos(9),
                         last_changes(T, events_to_arrow(T, [])), pos(0))
     assert rep.equal and (rep.compared, rep.source_rows) == (1, 1), rep
+
+
+def test_columns_named_as_the_comparisons_own():
+    odd = TableSchema("app", "o", (Column("_dblog_key", "int32", False), Column("_dblog_lw", "string"),
+                                   Column("_dblog_bad", "string")), ("_dblog_key",))
+    rows = [{"_dblog_key": k, "_dblog_lw": f"l{k}", "_dblog_bad": f"b{k}"} for k in (1, 2, 3)]
+    chunk = events_to_arrow(odd, [Event("app.o", SNAPSHOT, (r["_dblog_key"],), None, r, pos(2)) for r in rows])
+    target = [(1, "l1", "b1"), (2, "l2", "DAMAGED"), (4, "l4", "b4")]
+    rep = compare_table(odd, "tgt", [(pos(1), pos(3), chunk)], rows_to_batches(odd, [t + (pos(0).encode(),) for t in target]),
+                        pos(9), last_changes(odd, events_to_arrow(odd, [])), pos(0))
+    assert (rep.keys["missing"], rep.keys["extra"], rep.keys["different"]) == (
+        [[3]], [[4]], [{"key": [2], "columns": ["_dblog_bad"]}]), rep

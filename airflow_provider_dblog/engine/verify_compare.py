@@ -39,7 +39,7 @@ from .positions import Position
 from .requests import MAX_KEYS
 from .schema import TableSchema
 from .values import comparable
-from .verify_rows import BAD, POS, empty
+from .verify_rows import empty
 
 KEY, LW = "_dblog_key", "_dblog_lw"   # the source side's key strings and each row's chunk LW
 _BY_VALUE = {"text:interval"}   # compared through values.comparable (one interval, several texts)
@@ -100,9 +100,9 @@ def _count(mask) -> int:
 
 
 def _source_side(table: TableSchema, chunks) -> tuple[pa.Table, pa.Table]:
-    """The chunks' rows (the table's columns, their key strings ``KEY`` and their chunk's LW
-    ``LW``; a key read twice keeps its last row) and the requested keys the source lacks
-    (``KEY``, ``LW``: a key-list chunk's delete events)."""
+    """The chunks' rows (the table's columns, then their key strings and their chunk's LW, read
+    by position: a source column may be named as ours; a key read twice keeps its last row)
+    and the requested keys the source lacks (``KEY``, ``LW``: a key-list chunk's delete events)."""
     rows, gone = [], []
     for lw, _, events in chunks:
         live = events.filter(pc.not_equal(events["op"], DELETE))
@@ -115,15 +115,16 @@ def _source_side(table: TableSchema, chunks) -> tuple[pa.Table, pa.Table]:
             before = dead["before"].combine_chunks()
             keys = table.key_array([before.field(c) for c in table.key])
             gone.append(pa.table({KEY: keys, LW: pa.repeat(pa.scalar(lw.encode()), len(keys))}))
-    present = pa.concat_tables(rows) if rows else empty(table).select(table.column_names).append_column(
+    n = len(table.columns)
+    present = pa.concat_tables(rows) if rows else empty(table).select(list(range(n))).append_column(
         KEY, pa.array([], pa.string())).append_column(LW, pa.array([], pa.string()))
-    keys = present[KEY].combine_chunks()
+    keys = present.column(n).combine_chunks()
     if present.num_rows and not pc.all(_first_in(keys)).as_py():   # a key read twice: its last row
         last = _first_in(keys.take(pa.array(np.arange(len(keys) - 1, -1, -1)))).to_numpy(zero_copy_only=False)
         present = present.filter(pa.array(last[::-1]))
     absent = pa.concat_tables(gone) if gone else pa.table({KEY: pa.array([], pa.string()),
                                                            LW: pa.array([], pa.string())})
-    absent = absent.filter(pc.invert(pc.is_in(absent[KEY], value_set=present[KEY].combine_chunks())))
+    absent = absent.filter(pc.invert(pc.is_in(absent[KEY], value_set=keys)))
     return present, absent
 
 
@@ -178,16 +179,18 @@ def compare_table(table: TableSchema, target: str, chunks: list[tuple[Position, 
     report = TableReport(table.qualified, target, at.encode())
     present, absent = _source_side(table, chunks)
     report.source_rows = present.num_rows
+    n = len(table.columns)   # (columns by position: a source column may be named as ours)
+    skeys, slw = present.column(n).combine_chunks(), present.column(n + 1).combine_chunks()
     batches = list(target_rows)
     tgt = pa.concat_tables(batches) if batches else empty(table)
-    tkeys = table.key_array([tgt[k] for k in table.key]) if tgt.num_rows else pa.array([], pa.string())
+    tkeys = table.key_array([tgt.column(table.column_names.index(k)) for k in table.key]) if tgt.num_rows \
+        else pa.array([], pa.string())
     if scope is not None:   # and the rows the source found for them (a key it spells otherwise: a collation)
-        wanted = pa.concat_arrays([pa.array(sorted(scope), pa.string()), present[KEY].combine_chunks(),
-                                   absent[KEY].combine_chunks()])
+        wanted = pa.concat_arrays([pa.array(sorted(scope), pa.string()), skeys, absent[KEY].combine_chunks()])
         inside = pc.is_in(tkeys, value_set=wanted)
         tgt, tkeys = tgt.filter(inside), tkeys.filter(inside)
     report.target_rows = tgt.num_rows
-    report.ahead = _count(pc.greater_equal(tgt[POS], (upto or at).encode())) if tgt.num_rows else 0
+    report.ahead = _count(pc.greater_equal(tgt.column(n), (upto or at).encode())) if tgt.num_rows else 0
     first = _first_in(tkeys)
     if tgt.num_rows and not pc.all(first).as_py():   # a key held twice (a lake table can): its later rows are extra
         dup = pc.invert(first)
@@ -197,9 +200,9 @@ def compare_table(table: TableSchema, target: str, chunks: list[tuple[Position, 
         tgt, tkeys = tgt.filter(first), tkeys.filter(first)
 
     floor_s = floor.encode()
-    src_at = pc.index_in(tkeys, value_set=present[KEY].combine_chunks())   # each target row's source row
+    src_at = pc.index_in(tkeys, value_set=skeys)   # each target row's source row
     gone_at = pc.index_in(tkeys, value_set=absent[KEY].combine_chunks())
-    since = pc.coalesce(pc.take(present[LW].combine_chunks(), src_at),
+    since = pc.coalesce(pc.take(slw, src_at),
                         pc.take(absent[LW].combine_chunks(), gone_at), pa.scalar(floor_s))
     moved = pc.fill_null(pc.greater(_newest(changes, tkeys), since), False)
     report.skipped += _count(moved)
@@ -213,13 +216,13 @@ def compare_table(table: TableSchema, target: str, chunks: list[tuple[Position, 
     _compare_rows(table, report, tgt.filter(both), present.take(src_at.filter(both)), tkeys.filter(both))
 
     # source rows the target lacks, and requested keys both lack
-    in_target = pc.is_in(present[KEY], value_set=tkeys)
-    lacking = present.filter(pc.invert(in_target))
-    gone = pc.fill_null(pc.greater(_newest(changes, lacking[KEY].combine_chunks()), lacking[LW]), False)
+    lacking = pc.invert(pc.is_in(skeys, value_set=tkeys))
+    lack_keys = skeys.filter(lacking)
+    gone = pc.fill_null(pc.greater(_newest(changes, lack_keys), slw.filter(lacking)), False)
     report.skipped += _count(gone)
-    missing = lacking.filter(pc.invert(gone))
-    report.missing = missing.num_rows
-    for k in missing[KEY].to_pylist()[:SHOWN]:
+    missing = lack_keys.filter(pc.invert(gone))
+    report.missing = len(missing)
+    for k in missing.to_pylist()[:SHOWN]:
         _show(report, "missing", k)
     report.compared += _count(pc.invert(pc.is_in(absent[KEY], value_set=tkeys)))   # absent on both sides
     return report
@@ -229,17 +232,17 @@ def _compare_rows(table: TableSchema, report: TableReport, tgt: pa.Table, src: p
     """Counts the rows of one key on both sides that differ and names the columns of the first ones."""
     if not tgt.num_rows:
         return
-    equal = {}
-    for c in table.columns:
-        equal[c.name] = _equal(c.type, tgt[c.name].combine_chunks(), src[c.name].combine_chunks())
-    bad = pc.is_valid(tgt[BAD])   # a value the type cannot hold: that row differs
+    equal, n = {}, len(table.columns)
+    for i, c in enumerate(table.columns):
+        equal[c.name] = _equal(c.type, tgt.column(i).combine_chunks(), src.column(i).combine_chunks())
+    bad = pc.is_valid(tgt.column(n + 1))   # (BAD) a value the type cannot hold: that row differs
     same = pc.invert(bad)
     for eq in equal.values():
         same = pc.and_(same, eq)
     differ = pc.invert(same)
     report.different = _count(differ)
     rows = np.flatnonzero(differ.to_numpy(zero_copy_only=False))[:SHOWN]
-    bad_names = tgt[BAD].combine_chunks()
+    bad_names = tgt.column(n + 1).combine_chunks()
     for i in rows:
         named = (bad_names[int(i)].as_py() or "").split(",")
         cols = [n for n, eq in equal.items() if not eq[int(i)].as_py() or n in named]
