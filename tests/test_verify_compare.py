@@ -13,6 +13,7 @@ import datetime as dt
 import decimal
 import math
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from airflow_provider_dblog.engine.events import DELETE, SNAPSHOT, UPDATE, Event, events_to_arrow
@@ -194,3 +195,14 @@ def test_columns_named_as_the_comparisons_own():
                         pos(9), last_changes(odd, events_to_arrow(odd, [])), pos(0))
     assert (rep.keys["missing"], rep.keys["extra"], rep.keys["different"]) == (
         [[3]], [[4]], [{"key": [2], "columns": ["_dblog_bad"]}]), rep
+
+
+@pytest.mark.parametrize("name", ["n", "a,b"])   # (a comma in a name: bug 4 of the break round)
+def test_a_value_the_type_cannot_hold_names_its_column_whatever_its_name(name):
+    """A target value its column's type cannot hold (int16: 2**20) where the source holds NULL: the
+    row differs, and the column named is that column."""
+    t = TableSchema("app", "t", (Column("id", "int32", False), Column(name, "int16")), ("id",))
+    chunk = events_to_arrow(t, [Event("app.t", SNAPSHOT, (1,), None, {"id": 1, name: None}, pos(2))])
+    rep = compare_table(t, "tgt", [(pos(1), pos(3), chunk)], rows_to_batches(t, [(1, 2**20, pos(1).encode())]),
+                        pos(9), last_changes(t, events_to_arrow(t, [])), pos(0))
+    assert rep.different == 1 and rep.keys["different"] == [{"key": [1], "columns": [name]}], rep

@@ -95,6 +95,13 @@ def _first_in(values: pa.Array) -> pa.Array:
     return pc.equal(first, pa.array(np.arange(len(values), dtype=np.int32)))
 
 
+def _wide(data: pa.Table) -> pa.Table:
+    """Strings and binaries with 64-bit offsets: a column gathered into one array may pass 2 GiB."""
+    fields = [pa.field(f.name, pa.large_string() if pa.types.is_string(f.type) else
+                       pa.large_binary() if pa.types.is_binary(f.type) else f.type) for f in data.schema]
+    return data.cast(pa.schema(fields)) if fields != list(data.schema) else data
+
+
 def _count(mask) -> int:
     return int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0) if len(mask) else 0
 
@@ -118,6 +125,8 @@ def _source_side(table: TableSchema, chunks) -> tuple[pa.Table, pa.Table]:
     n = len(table.columns)
     present = pa.concat_tables(rows) if rows else empty(table).select(list(range(n))).append_column(
         KEY, pa.array([], pa.string())).append_column(LW, pa.array([], pa.string()))
+    present = _wide(present.select(list(range(n)))).append_column(KEY, present.column(n)).append_column(
+        LW, present.column(n + 1))
     keys = present.column(n).combine_chunks()
     if present.num_rows and not pc.all(_first_in(keys)).as_py():   # a key read twice: its last row
         last = _first_in(keys.take(pa.array(np.arange(len(keys) - 1, -1, -1)))).to_numpy(zero_copy_only=False)
@@ -182,7 +191,7 @@ def compare_table(table: TableSchema, target: str, chunks: list[tuple[Position, 
     n = len(table.columns)   # (columns by position: a source column may be named as ours)
     skeys, slw = present.column(n).combine_chunks(), present.column(n + 1).combine_chunks()
     batches = list(target_rows)
-    tgt = pa.concat_tables(batches) if batches else empty(table)
+    tgt = _wide(pa.concat_tables(batches) if batches else empty(table))
     tkeys = table.key_array([tgt.column(table.column_names.index(k)) for k in table.key]) if tgt.num_rows \
         else pa.array([], pa.string())
     if scope is not None:   # and the rows the source found for them (a key it spells otherwise: a collation)
@@ -244,8 +253,8 @@ def _compare_rows(table: TableSchema, report: TableReport, tgt: pa.Table, src: p
     rows = np.flatnonzero(differ.to_numpy(zero_copy_only=False))[:SHOWN]
     bad_names = tgt.column(n + 1).combine_chunks()
     for i in rows:
-        named = (bad_names[int(i)].as_py() or "").split(",")
-        cols = [n for n, eq in equal.items() if not eq[int(i)].as_py() or n in named]
+        held = {int(j) for j in (bad_names[int(i)].as_py() or "").split(",") if j}   # (BAD: column positions)
+        cols = [c for j, (c, eq) in enumerate(equal.items()) if not eq[int(i)].as_py() or j in held]
         report.keys["different"].append({"key": json.loads(keys[int(i)].as_py()), "columns": cols})
 
 

@@ -16,7 +16,7 @@ from .logical_types import arrow_type
 from .schema import TableSchema
 
 POS = "_dblog_pos"
-BAD = "_dblog_bad"   # comma-joined names of the row's columns whose value the logical type cannot hold
+BAD = "_dblog_bad"   # comma-joined positions of the row's columns whose value the logical type cannot hold
 ROWS_PER_BATCH = 50_000
 
 
@@ -37,10 +37,10 @@ def column(logical: str, values: list) -> tuple[pa.Array, list[int]]:
     return to_arrow(logical, kept), bad
 
 
-def make_batch(table: TableSchema, arrays: list[pa.Array], pos, bad_at: dict[int, list[str]]) -> pa.Table:
+def make_batch(table: TableSchema, arrays: list[pa.Array], pos, bad_at: dict[int, list[int]]) -> pa.Table:
     """One batch: the columns' arrays, the rows' positions, and ``{row: columns it cannot hold}``."""
     n = len(pos)
-    bad = pa.array([",".join(bad_at[i]) if i in bad_at else None for i in range(n)], pa.string()) if bad_at \
+    bad = pa.array([",".join(map(str, bad_at[i])) if i in bad_at else None for i in range(n)], pa.string()) if bad_at \
         else pa.nulls(n, pa.string())
     return pa.table(list(arrays) + [pa.array(pos, pa.string()) if not isinstance(pos, (pa.Array, pa.ChunkedArray))
                                     else pos.cast(pa.string()), bad], names=table.column_names + [POS, BAD])
@@ -48,11 +48,11 @@ def make_batch(table: TableSchema, arrays: list[pa.Array], pos, bad_at: dict[int
 
 def _columns_batch(table: TableSchema, columns: list[list], pos) -> pa.Table:
     arrays, bad_at = [], {}
-    for c, values in zip(table.columns, columns):
+    for j, (c, values) in enumerate(zip(table.columns, columns)):
         arr, bad = column(c.type, values)
         arrays.append(arr)
         for i in bad:
-            bad_at.setdefault(i, []).append(c.name)
+            bad_at.setdefault(i, []).append(j)
     return make_batch(table, arrays, pos, bad_at)
 
 
@@ -77,18 +77,19 @@ def rows_to_batches(table: TableSchema, rows: Iterable[tuple]) -> Iterator[pa.Ta
 def arrow_to_batches(table: TableSchema, data: pa.Table) -> Iterator[pa.Table]:
     """A lake table's rows (its columns, ``_dblog_pos``) in batches: a column already of its
     logical type's Arrow type as it is, another through its Python values (from_arrow)."""
+    data = data.select(table.column_names + [POS])   # (a lake's names are unique: its shape check)
     for batch in data.to_batches(ROWS_PER_BATCH):
         arrays, bad_at = [], {}
-        for c in table.columns:
-            col = batch.column(c.name)
+        for j, c in enumerate(table.columns):
+            col = batch.column(j)
             if col.type == arrow_type(c.type):
                 arrays.append(col)
                 continue
             arr, bad = column(c.type, from_arrow(c.type, col))
             arrays.append(arr)
             for i in bad:
-                bad_at.setdefault(i, []).append(c.name)
-        yield make_batch(table, arrays, batch.column(POS), bad_at)
+                bad_at.setdefault(i, []).append(j)
+        yield make_batch(table, arrays, batch.column(len(table.columns)), bad_at)
 
 
 def empty(table: TableSchema) -> pa.Table:

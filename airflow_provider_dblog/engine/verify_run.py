@@ -106,7 +106,7 @@ def _compare(parts: Wiring, target, rid: str, schema: TableSchema, scope: set[st
         # a change of shape or a TRUNCATE meanwhile (a schema version, not a row event): every key read before
         # it is out. At ``at`` itself too: a target at a change's position has taken it (its applied position
         # moves to the change with the new shape, in one transaction or, on a lake, one commit after the rows)
-        reshaped = max((p for p, _ in parts.store.schema_versions(schema.qualified) if floor < p <= at), default=None)
+        reshaped = _reshaped(parts.store.schema_versions(schema.qualified), floor, at)
         if reshaped is not None:
             read = sum(c[2].num_rows for c in chunks)
             return TableReport(schema.qualified, target.config.name, at.encode(), source_rows=read, skipped=read,
@@ -123,6 +123,19 @@ def _compare(parts: Wiring, target, rid: str, schema: TableSchema, scope: set[st
             raise VerificationError(f"{schema.qualified}: target {target.config.name} kept rows past its applied "
                                     f"position {at} for {wait_s:.0f} s: an apply stopped between two commits?")
         time.sleep(0.2)
+
+
+def _reshaped(versions: list[tuple[Position, dict]], floor: Position, at: Position) -> Position | None:
+    """The last version in (floor, at] that changed the table's columns, emptied it or renamed
+    it. A version of the same columns (an index, a comment: a MariaDB ALTER the log records)
+    changes no row's values: the comparison holds across it."""
+    found, before = None, None
+    for p, v in versions:
+        if floor < p <= at and (before is None or v.get("schema") != before.get("schema") or v.get("truncated")
+                                or v.get("renamed")):
+            found = p
+        before = v
+    return found
 
 
 def _read_past(parts: Wiring, target, schema: TableSchema, need: Position, deadline: float,

@@ -60,11 +60,11 @@ def _stream(self, conn, table: TableSchema) -> Iterator[pa.Table]:
             while rows := cur.fetchmany(ROWS_PER_BATCH):
                 cols = list(zip(*rows))
                 arrays, bad_at = [], {}
-                for name, logical, values in zip(names, types, cols):
+                for j, (logical, values) in enumerate(zip(types, cols)):
                     arr, bad = _column(logical, values)
                     arrays.append(arr)
                     for i in bad:
-                        bad_at.setdefault(i, []).append(name)
+                        bad_at.setdefault(i, []).append(j)
                 yield make_batch(table, arrays, list(cols[-1]), bad_at)
     finally:
         conn.close()
