@@ -37,23 +37,17 @@ def column(logical: str, values: list) -> tuple[pa.Array, list[int]]:
     return to_arrow(logical, kept), bad
 
 
-def make_batch(table: TableSchema, arrays: list[pa.Array], pos, bad_at: dict[int, list[int]]) -> pa.Table:
-    """One batch: the columns' arrays, the rows' positions, and ``{row: columns it cannot hold}``."""
+def make_batch(table: TableSchema, columns: list[tuple[pa.Array, list[int]]], pos) -> pa.Table:
+    """One batch of the columns' (array, rows it cannot hold) pairs, in column order, and the rows' positions."""
+    bad_at: dict[int, list[int]] = {}
+    for j, (_, bad) in enumerate(columns):
+        for i in bad:
+            bad_at.setdefault(i, []).append(j)
     n = len(pos)
     bad = pa.array([",".join(map(str, bad_at[i])) if i in bad_at else None for i in range(n)], pa.string()) if bad_at \
         else pa.nulls(n, pa.string())
-    return pa.table(list(arrays) + [pa.array(pos, pa.string()) if not isinstance(pos, (pa.Array, pa.ChunkedArray))
-                                    else pos.cast(pa.string()), bad], names=table.column_names + [POS, BAD])
-
-
-def _columns_batch(table: TableSchema, columns: list[list], pos) -> pa.Table:
-    arrays, bad_at = [], {}
-    for j, (c, values) in enumerate(zip(table.columns, columns)):
-        arr, bad = column(c.type, values)
-        arrays.append(arr)
-        for i in bad:
-            bad_at.setdefault(i, []).append(j)
-    return make_batch(table, arrays, pos, bad_at)
+    pos = pos.cast(pa.string()) if isinstance(pos, (pa.Array, pa.ChunkedArray)) else pa.array(pos, pa.string())
+    return pa.table([arr for arr, _ in columns] + [pos, bad], names=table.column_names + [POS, BAD])
 
 
 def rows_to_batches(table: TableSchema, rows: Iterable[tuple]) -> Iterator[pa.Table]:
@@ -63,7 +57,7 @@ def rows_to_batches(table: TableSchema, rows: Iterable[tuple]) -> Iterator[pa.Ta
 
     def flush() -> pa.Table:
         cols = list(zip(*buf)) if buf else [()] * (n + 1)
-        return _columns_batch(table, [list(c) for c in cols[:n]], list(cols[n]))
+        return make_batch(table, [column(c.type, list(v)) for c, v in zip(table.columns, cols[:n])], list(cols[n]))
 
     for r in rows:
         buf.append(r)
@@ -79,17 +73,9 @@ def arrow_to_batches(table: TableSchema, data: pa.Table) -> Iterator[pa.Table]:
     logical type's Arrow type as it is, another through its Python values (from_arrow)."""
     data = data.select(table.column_names + [POS])   # (a lake's names are unique: its shape check)
     for batch in data.to_batches(ROWS_PER_BATCH):
-        arrays, bad_at = [], {}
-        for j, c in enumerate(table.columns):
-            col = batch.column(j)
-            if col.type == arrow_type(c.type):
-                arrays.append(col)
-                continue
-            arr, bad = column(c.type, from_arrow(c.type, col))
-            arrays.append(arr)
-            for i in bad:
-                bad_at.setdefault(i, []).append(j)
-        yield make_batch(table, arrays, batch.column(len(table.columns)), bad_at)
+        columns = [(col, []) if col.type == arrow_type(c.type) else column(c.type, from_arrow(c.type, col))
+                   for c, col in zip(table.columns, batch.columns)]
+        yield make_batch(table, columns, batch.column(len(table.columns)))
 
 
 def empty(table: TableSchema) -> pa.Table:

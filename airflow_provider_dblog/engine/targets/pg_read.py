@@ -59,13 +59,7 @@ def _stream(self, conn, table: TableSchema) -> Iterator[pa.Table]:
                                                                self._tid(target_table_name(table))))
             while rows := cur.fetchmany(ROWS_PER_BATCH):
                 cols = list(zip(*rows))
-                arrays, bad_at = [], {}
-                for j, (logical, values) in enumerate(zip(types, cols)):
-                    arr, bad = _column(logical, values)
-                    arrays.append(arr)
-                    for i in bad:
-                        bad_at.setdefault(i, []).append(j)
-                yield make_batch(table, arrays, list(cols[-1]), bad_at)
+                yield make_batch(table, [_column(t, v) for t, v in zip(types, cols)], list(cols[-1]))
     finally:
         conn.close()
 
