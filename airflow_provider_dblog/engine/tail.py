@@ -337,7 +337,7 @@ class Tail:
                 pending, pending_marks = [], []
                 committed = (item.pos, item.resume)
                 # flush on a watermark at once: a dump is waiting for its window
-                if marks or n_batch >= self.config.flush_events:
+                if marks or n_batch >= self.config.flush_events or item.checkpoint_now:
                     flush()
             elif pending or spilled:  # Idle inside a transaction: keep reading, and the lease
                 if time.monotonic() - last_renew >= self.config.lease_seconds / 3:
@@ -351,7 +351,9 @@ class Tail:
             if now - last_renew >= self.config.lease_seconds / 3:
                 renew()
                 self._close_abandoned_windows()
-            if out_of_budget():
-                break
+            # no break: the reader ends at its own next stop test, after yielding the last
+            # boundary it may have confirmed to the source (a PostgreSQL slot confirms a
+            # keepalive's position by itself: a checkpoint behind it would be a gap)
+            stop = stop or out_of_budget()
         stop = True
         flush()

@@ -32,9 +32,12 @@ class WatermarkSeen:
 @dataclass(frozen=True)
 class TxnEnd:
     """A transaction committed: every event before ``pos`` is complete, and the
-    reader can restart from ``resume`` without re-reading any of them."""
+    reader can restart from ``resume`` without re-reading any of them. ``checkpoint_now``:
+    the reader waits for this position to be the checkpoint (and confirmed) before it
+    reads on."""
     pos: Position
     resume: dict
+    checkpoint_now: bool = False
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,11 @@ source's slot (slot.py), pgoutput protocol version 1, each message decoded
 - Standby feedback confirms (flush LSN) only what the caller says is durable
   (``SlotAndPublication.confirm``, called by the tail after its checkpoint commit), so
   the slot never drops WAL that is not saved, and the WAL does not grow without bound.
+  psycopg2 moves its flush LSN to a keepalive's wal_end by itself once everything
+  received is confirmed (pqpath.c) and sends it with any feedback: so its own timer is
+  off, and feedback goes out only once the checkpoint has reached every such wal_end
+  (a TxnEnd with ``checkpoint_now`` first) — a tail killed then never finds the slot
+  past its checkpoint (which would be a LogGapError).
 - Between transactions, a keepalive's wal_end becomes a TxnEnd (the checkpoint follows
   WAL written by other tables); a quiet server gives Idle.
 - Values arrive as text and are parsed by the captured column's type
@@ -27,13 +32,14 @@ from ..base import Idle, LogItem, TxnEnd
 from .changes import TransactionAssembler
 from .lsn import int_to_lsn
 from .pgoutput import decode
-from .pgoutput_messages import Commit, Delete, Insert, Update
+from .pgoutput_messages import Begin, Commit, Delete, Insert, Update
 from .slot import TAIL_APPLICATION, SlotAndPublication
 
 # the walsender prints values with these settings (pgoutput's text format): the same
 # as every other session of the engine (values.PG_TEXT_SETTINGS)
 REPLICATION_OPTIONS = pg_options()
 FEEDBACK_EVERY_S = 5.0    # standby status also acts as the connection's keepalive
+NO_TIMER_S = 86400.0      # psycopg2's own feedback timer: off (the module docstring)
 BOUNDARY_EVERY_S = 0.2    # how often a keepalive's wal_end becomes a TxnEnd
 CHECK_EVERY = 64          # messages between two stop tests inside a transaction
 # how often, between transactions, the captured names' oids are compared with the catalog's: a
@@ -76,13 +82,17 @@ class LogStream:
         last_catalog = time.monotonic()
         last_idle = time.monotonic()
         last_end = start_lsn   # the highest TxnEnd position given so far
+        # the highest wal_end psycopg2 may have moved its flush LSN to (a keepalive's, read
+        # while every data message was confirmed): feedback waits until the checkpoint is there
+        may_flush = start_lsn
+        last_data = 0          # the start of the last data message (psycopg2's test)
         tick = 0               # messages until the next stop test and feedback look
         try:
             options = {"proto_version": "1", "publication_names": slot.publication}
             if conn.server_version >= 140000:   # the watermarks' shapes (log_marks.py)
                 options["messages"] = "true"
             cur.start_replication(slot_name=slot.slot_name, decode=False, start_lsn=int(start_lsn),
-                                  options=options)
+                                  options=options, status_interval=NO_TIMER_S)
             while True:
                 # the stop test and the feedback clock: after every commit and idle spell,
                 # and every CHECK_EVERY messages inside a long transaction (not per message:
@@ -98,9 +108,16 @@ class LogStream:
                         break
                     tick = CHECK_EVERY
                     now = time.monotonic()
+                    if sent >= last_data:
+                        may_flush = max(may_flush, int(cur.wal_end or 0))
                     if slot.confirmed > sent or now - last_feedback >= FEEDBACK_EVERY_S:
-                        cur.send_feedback(flush_lsn=slot.confirmed, force=True)
-                        sent, last_feedback = slot.confirmed, now
+                        if slot.confirmed < may_flush and not txns.in_txn:
+                            last_end = max(last_end, may_flush)   # (never a TxnEnd before the last)
+                            yield TxnEnd(Position(0, last_end, 0), {"lsn": int_to_lsn(last_end)},
+                                         checkpoint_now=True)
+                        if slot.confirmed >= may_flush:   # (else: at the transaction's end)
+                            cur.send_feedback(flush_lsn=slot.confirmed, force=True)
+                            sent, last_feedback = slot.confirmed, now
                 tick -= 1
                 msg = cur.read_message()
                 if msg is None:
@@ -122,6 +139,7 @@ class LogStream:
                         last_idle = time.monotonic()
                         yield Idle()
                     continue
+                last_data = msg.data_start
                 m = decode(msg.payload)
                 cls = m.__class__
                 if cls is Insert or cls is Update or cls is Delete:   # the common case first
@@ -135,6 +153,11 @@ class LogStream:
                     last_end = max(last_end, m.end_lsn)
                     yield from txns.commit(m)
                 else:
+                    if cls is Begin and slot.confirmed < may_flush:
+                        # checkpointed before the transaction, so feedback may go out inside it
+                        last_end = max(last_end, may_flush)
+                        yield TxnEnd(Position(0, last_end, 0), {"lsn": int_to_lsn(last_end)},
+                                     checkpoint_now=True)
                     yield from txns.other(m)
         finally:
             conn.close()
