@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .events import DELETE, SNAPSHOT, images_to_arrow, event_arrow_schema, position_range
+from .keys import value_keys
 from .positions import Position
 from .schema import TableSchema
 
@@ -64,15 +65,21 @@ def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: 
     changed = set(window_events["key"].to_pylist()) | _before_keys(table, window_events)
     rows = conform_rows(table, chunk)
     keys = row_keys(table, rows)
-    keep = pc.invert(pc.is_in(keys, value_set=pa.array(sorted(changed), pa.string())))
+    # keys matched as the database matches them (an interval's texts: keys.value_keys)
+    changed_v = value_keys(pa.array(sorted(changed), pa.string()), table.key_types)
+    keys_v = value_keys(keys, table.key_types)
+    keep = pc.invert(pc.is_in(keys_v, value_set=changed_v))
     survivors = rows.filter(keep)
     kept_keys = keys.filter(keep)
 
     missing: list[tuple] = []
     if requested_keys is not None:
-        found = set(keys.to_pylist())
-        missing = [key for key in requested_keys
-                   if table.encode_key(key) not in found and table.encode_key(key) not in changed]
+        # a requested key the source holds under another text is not missing: its delete
+        # would remove, in a target matching keys by value, the row just selected
+        known = set(keys_v.to_pylist()) | set(changed_v.to_pylist())
+        wanted = value_keys(pa.array([table.encode_key(k) for k in requested_keys], pa.string()),
+                            table.key_types).to_pylist()
+        missing = [key for key, v in zip(requested_keys, wanted) if v not in known]
 
     schema = event_arrow_schema(table)
     row_type = table.row_struct()

@@ -312,8 +312,34 @@ def comparable(logical: str, v: Any) -> Any:
     return v
 
 
+# PostgreSQL's interval text with IntervalStyle postgres (PG_TEXT_SETTINGS): fields each
+# with its own sign, e.g. '-1 years +2 mons 3 days -04:05:06.5'
+_PG_INTERVAL = re.compile(r"^(?:([+-]?\d+) years? ?)?(?:([+-]?\d+) mons? ?)?(?:([+-]?\d+) days? ?)?"
+                          r"(?:([+-])?(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?)?$")
+_DAY_US = 86_400_000_000
+
+
+def interval_key_us(text: str) -> Any:
+    """An interval's text (MySQL TIME '-01:00:00.5'; PostgreSQL's, '1 mon 2 days 03:00:00')
+    as the microseconds PostgreSQL orders and compares intervals by (interval_cmp: a month
+    is 30 days, a day 24 hours, so '1 day' = '24:00:00' and '1 mon' = '30 days'): equal
+    exactly when the database takes the keys for one. Any other text stays itself."""
+    m = _PG_INTERVAL.match(text)
+    if not text or not m:
+        return text
+    years, months, days, sign, h, mi, sec, frac = m.groups()
+    span = ((int(years or 0) * 12 + int(months or 0)) * 30 + int(days or 0)) * _DAY_US
+    if h is not None:
+        us = ((int(h) * 60 + int(mi)) * 60 + int(sec)) * 1_000_000 + int((frac or "0").ljust(6, "0"))
+        span += -us if sign == "-" else us
+    return span
+
+
 def comparable_key(logical: str, v: Any) -> Any:
-    """comparable, for a key: a numeric's scale does not count (1.5 and 1.50 are one key)."""
+    """comparable, for a key: the values the database takes for one key are one (a
+    numeric's scale does not count, 1.5 and 1.50; nor an interval's spelling)."""
     if v is not None and logical.startswith("numeric"):
         return numeric_key(str(v))
+    if v is not None and logical == "text:interval":
+        return interval_key_us(str(v))
     return comparable(logical, v)

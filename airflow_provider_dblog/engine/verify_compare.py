@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from .arrow_values import from_arrow, to_arrow
 from .events import DELETE
+from .keys import KEYS_BY_VALUE, value_keys
 from .positions import Position
 from .requests import MAX_KEYS
 from .schema import TableSchema
@@ -61,12 +62,13 @@ class TableReport:
     extra: int = 0           # in the target, not in the source
     different: int = 0       # on both sides, some value differs
     ahead: int = 0           # target rows written past ``at`` (a lake batch between its two commits): read again
-    note: str = ""           # why keys were left out wholesale (a change of shape meanwhile)
+    incomplete: str = ""     # why no verdict: every key left out (a change of shape meanwhile)
+    attempts: int = 1        # verifications of the table run for this result (verify_run: after a change of shape)
     keys: dict = field(default_factory=lambda: {"missing": [], "extra": [], "different": []})
 
     @property
     def equal(self) -> bool:
-        return not (self.missing or self.extra or self.different)
+        return not (self.incomplete or self.missing or self.extra or self.different)
 
     def differing_keys(self) -> list[list]:
         return self.keys["missing"] + self.keys["extra"] + [d["key"] for d in self.keys["different"]]
@@ -76,6 +78,8 @@ class TableReport:
 
     def describe(self) -> str:
         head = f"{self.table} on {self.target} at {self.at}: "
+        if self.incomplete:
+            return head + f"not verified: {self.incomplete}"
         if self.equal:
             return head + f"equal ({self.compared} rows compared, {self.skipped} changing keys left out)"
         return head + (f"{self.missing} missing {self.keys['missing'][:5]}, {self.extra} extra "
@@ -127,13 +131,15 @@ def _source_side(table: TableSchema, chunks) -> tuple[pa.Table, pa.Table]:
         KEY, pa.array([], pa.string())).append_column(LW, pa.array([], pa.string()))
     present = _wide(present.select(list(range(n)))).append_column(KEY, present.column(n)).append_column(
         LW, present.column(n + 1))
-    keys = present.column(n).combine_chunks()
+    keys = value_keys(present.column(n).combine_chunks(), table.key_types)
     if present.num_rows and not pc.all(_first_in(keys)).as_py():   # a key read twice: its last row
         last = _first_in(keys.take(pa.array(np.arange(len(keys) - 1, -1, -1)))).to_numpy(zero_copy_only=False)
         present = present.filter(pa.array(last[::-1]))
+        keys = value_keys(present.column(n).combine_chunks(), table.key_types)
     absent = pa.concat_tables(gone) if gone else pa.table({KEY: pa.array([], pa.string()),
                                                            LW: pa.array([], pa.string())})
-    absent = absent.filter(pc.invert(pc.is_in(absent[KEY], value_set=keys)))
+    absent = absent.filter(pc.invert(pc.is_in(value_keys(absent[KEY].combine_chunks(), table.key_types),
+                                              value_set=keys)))
     return present, absent
 
 
@@ -173,6 +179,14 @@ def _newest(changes: pa.Table, keys: pa.Array) -> pa.Array:
     return pc.take(changes["pos"].combine_chunks(), pc.index_in(keys, value_set=changes[KEY].combine_chunks()))
 
 
+def _by_value(table: TableSchema, changes: pa.Table) -> pa.Table:
+    """``changes`` keyed by value_keys (two texts of one key: its newest change)."""
+    if not any(t in KEYS_BY_VALUE for t in table.key_types) or not changes.num_rows:
+        return changes
+    keyed = pa.table({KEY: value_keys(changes[KEY].combine_chunks(), table.key_types), "pos": changes["pos"]})
+    return keyed.group_by(KEY).aggregate([("pos", "max")]).rename_columns([KEY, "pos"])
+
+
 def compare_table(table: TableSchema, target: str, chunks: list[tuple[Position, Position, pa.Table]],
                   target_rows: Iterable[pa.Table], at: Position, changes: pa.Table, floor: Position,
                   scope: set[str] | None = None, upto: Position | None = None) -> TableReport:
@@ -189,28 +203,34 @@ def compare_table(table: TableSchema, target: str, chunks: list[tuple[Position, 
     present, absent = _source_side(table, chunks)
     report.source_rows = present.num_rows
     n = len(table.columns)   # (columns by position: a source column may be named as ours)
-    skeys, slw = present.column(n).combine_chunks(), present.column(n + 1).combine_chunks()
+    # keys matched as the database matches them (keys.value_keys: an interval's texts), shown as read
+    types = table.key_types
+    skeys, slw = value_keys(present.column(n).combine_chunks(), types), present.column(n + 1).combine_chunks()
+    shown_s = present.column(n).combine_chunks()
+    gone_keys = value_keys(absent[KEY].combine_chunks(), types)
+    changes = _by_value(table, changes)
     batches = list(target_rows)
     tgt = _wide(pa.concat_tables(batches) if batches else empty(table))
-    tkeys = table.key_array([tgt.column(table.column_names.index(k)) for k in table.key]) if tgt.num_rows \
+    shown_t = table.key_array([tgt.column(table.column_names.index(k)) for k in table.key]) if tgt.num_rows \
         else pa.array([], pa.string())
+    tkeys = value_keys(shown_t, types)
     if scope is not None:   # and the rows the source found for them (a key it spells otherwise: a collation)
-        wanted = pa.concat_arrays([pa.array(sorted(scope), pa.string()), skeys, absent[KEY].combine_chunks()])
+        wanted = pa.concat_arrays([value_keys(pa.array(sorted(scope), pa.string()), types), skeys, gone_keys])
         inside = pc.is_in(tkeys, value_set=wanted)
-        tgt, tkeys = tgt.filter(inside), tkeys.filter(inside)
+        tgt, tkeys, shown_t = tgt.filter(inside), tkeys.filter(inside), shown_t.filter(inside)
     report.target_rows = tgt.num_rows
     report.ahead = _count(pc.greater_equal(tgt.column(n), (upto or at).encode())) if tgt.num_rows else 0
     first = _first_in(tkeys)
     if tgt.num_rows and not pc.all(first).as_py():   # a key held twice (a lake table can): its later rows are extra
         dup = pc.invert(first)
         report.extra += _count(dup)
-        for k in tkeys.filter(dup).to_pylist()[:SHOWN]:
+        for k in shown_t.filter(dup).to_pylist()[:SHOWN]:
             _show(report, "extra", k)
-        tgt, tkeys = tgt.filter(first), tkeys.filter(first)
+        tgt, tkeys, shown_t = tgt.filter(first), tkeys.filter(first), shown_t.filter(first)
 
     floor_s = floor.encode()
     src_at = pc.index_in(tkeys, value_set=skeys)   # each target row's source row
-    gone_at = pc.index_in(tkeys, value_set=absent[KEY].combine_chunks())
+    gone_at = pc.index_in(tkeys, value_set=gone_keys)
     since = pc.coalesce(pc.take(slw, src_at),
                         pc.take(absent[LW].combine_chunks(), gone_at), pa.scalar(floor_s))
     moved = pc.fill_null(pc.greater(_newest(changes, tkeys), since), False)
@@ -218,22 +238,22 @@ def compare_table(table: TableSchema, target: str, chunks: list[tuple[Position, 
     still = pc.invert(moved)
     extra = pc.and_(still, pc.is_null(src_at))   # (a requested key the source lacks, too)
     report.extra += _count(extra)
-    for k in tkeys.filter(extra).to_pylist()[:SHOWN]:
+    for k in shown_t.filter(extra).to_pylist()[:SHOWN]:
         _show(report, "extra", k)
     both = pc.and_(still, pc.is_valid(src_at))
     report.compared += _count(both)
-    _compare_rows(table, report, tgt.filter(both), present.take(src_at.filter(both)), tkeys.filter(both))
+    _compare_rows(table, report, tgt.filter(both), present.take(src_at.filter(both)), shown_t.filter(both))
 
     # source rows the target lacks, and requested keys both lack
     lacking = pc.invert(pc.is_in(skeys, value_set=tkeys))
     lack_keys = skeys.filter(lacking)
     gone = pc.fill_null(pc.greater(_newest(changes, lack_keys), slw.filter(lacking)), False)
     report.skipped += _count(gone)
-    missing = lack_keys.filter(pc.invert(gone))
+    missing = shown_s.filter(lacking).filter(pc.invert(gone))
     report.missing = len(missing)
     for k in missing.to_pylist()[:SHOWN]:
         _show(report, "missing", k)
-    report.compared += _count(pc.invert(pc.is_in(absent[KEY], value_set=tkeys)))   # absent on both sides
+    report.compared += _count(pc.invert(pc.is_in(gone_keys, value_set=tkeys)))   # absent on both sides
     return report
 
 

@@ -35,6 +35,7 @@ from .wiring import Wiring
 log = logging.getLogger(__name__)
 
 VERIFIED = "verified"   # Redis hash: "<table>|<target>" -> the last verification's summary
+RESHAPED_ATTEMPTS = 3   # verifications of a table that keeps changing shape meanwhile before "not verified"
 SHOWN_IN_STATUS = 20
 
 
@@ -47,10 +48,19 @@ def run_verify(config: Config, target_name: str, spec: DumpSpec, *, repair: bool
     tcfg = config.target(target_name)
     parts = Wiring.of_target(config, target_name)
     out = _verify(config, parts, tcfg.name, spec, via, wait_s, run_spark)
+    for attempt in range(2, RESHAPED_ATTEMPTS + 1):   # a table that changed shape meanwhile: again
+        for t in [t for t, rep in out["reports"].items() if rep.incomplete]:
+            log.info("verification %s: %s changed shape meanwhile: verified again", out["request"], t)
+            one = spec if spec.scope != "all" else DumpSpec("table", [t], [], spec.chunk_size, spec.parallelism)
+            rep = _verify(config, parts, tcfg.name, one, via, wait_s, run_spark)["reports"][t]
+            rep.attempts = attempt
+            out["reports"][t] = rep
+    out["equal"] = all(rep.equal for rep in out["reports"].values())
     if repair and not out["equal"]:
         out["repair"] = {t: _repair(config, parts, tcfg.name, t, rep, wait_s)
-                         for t, rep in out["reports"].items() if not rep.equal}
-        out["repaired"] = all(r["equal"] for r in out["repair"].values())
+                         for t, rep in out["reports"].items() if rep.differing_keys()}
+        out["repaired"] = (all(r["equal"] for r in out["repair"].values())
+                           and not any(rep.incomplete for rep in out["reports"].values()))
     out["tables"] = {t: rep.to_dict() for t, rep in out.pop("reports").items()}
     return out
 
@@ -110,8 +120,8 @@ def _compare(parts: Wiring, target, rid: str, schema: TableSchema, scope: set[st
         if reshaped is not None:
             read = sum(c[2].num_rows for c in chunks)
             return TableReport(schema.qualified, target.config.name, at.encode(), source_rows=read, skipped=read,
-                               note=f"the table changed shape (or was emptied) at {reshaped} during the "
-                                    "verification: every key read before it is left out; verify it again")
+                               incomplete=f"the table changed shape (or was emptied) at {reshaped} during the "
+                                          "verification: every key read before it is left out; verify it again")
         # a lake batch that ends at a change of shape commits its rows, then the position with the
         # change: the rows read may be the table just below that change, so keys changed up to it are out
         upto = min((p for p, _ in parts.store.schema_versions(schema.qualified) if p > at), default=at)

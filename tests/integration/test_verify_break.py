@@ -263,7 +263,38 @@ def test_a_change_of_shape_during_a_verification_makes_no_false_difference(src_d
         finally:
             timer.join()
         again = _report(cdc, table, chunk_size=7)
+    # a verdict on rows compared: an attempt the change of shape left without one is run again
     assert first["equal"] and again["equal"], (first, again)
+    assert first["compared"] > 0 and not first["incomplete"] and first["attempts"] in (1, 2), first
+
+
+@POSTGRES
+def test_a_table_changing_shape_through_every_attempt_is_not_verified(src_db, make_cdc, monkeypatch):
+    """No verdict on keys all left out: not equal, not repaired, named as not verified. Every
+    attempt meets a change of shape: an ALTER just before its read of the target, which the
+    read then waits for (the target has taken it)."""
+    from airflow_provider_dblog.engine import verify_run
+    from airflow_provider_dblog.operators.verify import DBLogVerificationFailed, raise_if_differs
+    cdc = make_cdc(["t"])
+    _create(src_db, {"t": ("id INT PRIMARY KEY, v INT", [f"INSERT INTO t SELECT seq, seq FROM {src_db.series(30)}"])})
+    _replicated(cdc, ["t"])
+    table, read_past, alters = f"{cdc.db}.t", verify_run._read_past, []
+
+    def altered_then_read(parts, target, schema, need, deadline, wait_s):
+        with src_db.cursor() as cur:
+            cur.execute(f"ALTER TABLE t ADD COLUMN c{len(alters)} INT")
+            cur.execute("UPDATE t SET v = v WHERE id = 1")   # (the log shows the new shape with a row)
+        alters.append(cdc.source.current_resume()[0])
+        return read_past(parts, target, schema, max(need, alters[-1]), deadline, wait_s)
+    monkeypatch.setattr(verify_run, "_read_past", altered_then_read)
+    with Background(cdc):
+        out = _verify(cdc, table, chunk_size=4, repair=True)
+    r = out["tables"][table]
+    assert len(alters) == 3 and r["attempts"] == 3, (alters, str(r))
+    assert r["incomplete"] and not r["equal"] and r["compared"] == 0, r
+    assert not out["equal"] and not out.get("repaired") and not out.get("repair"), out
+    with pytest.raises(DBLogVerificationFailed, match=f"{table} could not be verified on target tgt"):
+        raise_if_differs(out)
 
 
 def test_a_real_dump_of_the_table_beside_a_verification(src_db, make_cdc):

@@ -12,8 +12,8 @@ another lake file, under a writer on keys of every batch; key lists spelled othe
 columns named _dblog_bad / _dblog_key / _dblog_lw; a table of key columns only; a DDL that
 changes no column on PostgreSQL.
 
-The product bugs found (bug 4's test is in tests/test_verify_compare.py; 1, 2 and 4 were fixed
-while this round ran, their tests now pass; 3 and 5 are strict xfails):
+The product bugs found (bug 4's test is in tests/test_verify_compare.py; all fixed, their tests
+pass: 1, 2 and 4 while this round ran, 3 and 5 in stop 38 by matching keys by value, keys.value_keys):
 1. a MariaDB ALTER TABLE that changes no column (ADD INDEX, COMMENT) during a verification left
    every key out: a damaged target was reported equal;
 2. a text column past 2 GiB in all stopped the verification (ArrowInvalid: offset overflow);
@@ -22,7 +22,7 @@ while this round ran, their tests now pass; 3 and 5 are strict xfails):
 4. a value the type cannot hold in a column whose name holds a comma named no column;
 5. a key-list dump of a key the source prints otherwise (MariaDB TIME '00:00:03' held as
    '00:00:03.000000', PostgreSQL interval '24:00:00' held as '1 day') deletes the row from a
-   PostgreSQL target; ``verify --repair`` of a TIME-keyed table (bug 3's keys) does it (strict xfail).
+   PostgreSQL target; ``verify --repair`` of a TIME-keyed table (bug 3's keys) did it.
 (Also found and fixed meanwhile: a source column named _dblog_bad stopped the verification.)
 """
 from __future__ import annotations
@@ -390,14 +390,9 @@ def test_a_text_column_past_2_gib_is_compared():
 
 
 # -- a MariaDB TIME key (text:interval): the target prints its interval otherwise ------------------
-BUG_TIME_KEY = ("bug 3: a MariaDB TIME(n) key is text:interval, carried as the source's text ('00:00:01.000000'); "
-                "the PostgreSQL target's interval prints '00:00:01', and keys match by their text "
-                "(Schema.key_array), not by value as the values do (_BY_VALUE): an undamaged target has its "
-                "rows missing and extra")
-
-
-@pytest.mark.parametrize("kind", [pytest.param("postgres", marks=pytest.mark.xfail(strict=True, reason=BUG_TIME_KEY)),
-                                  "delta"])
+# (bug 3 of stop 36: keys matched by their text; the PostgreSQL target's interval prints
+# '00:00:01' for the source's '00:00:01.000000'. Now matched by value: keys.value_keys)
+@pytest.mark.parametrize("kind", ["postgres", "delta"])
 @MARIADB
 def test_a_time_key_verifies_equal(src_db, make_cdc, kind):
     target = "tgt" if kind == "postgres" else "lake"
@@ -415,19 +410,16 @@ def test_a_time_key_verifies_equal(src_db, make_cdc, kind):
         k = _report_or_error(cdc, f"{cdc.db}.t", target=target, scope="keys",
                              keys=[["-00:00:01.5"], ["12:34:56.789000"]])
     assert r.get("equal") and r["compared"] == 7, str(r)
-    assert k.get("equal"), str(k)   # (compared: 3, '-00:00:01.5' counted again as a key both lack: bug 5's cause)
+    assert k.get("equal") and k["compared"] == 2, str(k)
 
 
 
 # -- a key-list dump (a repair's) of a key spelled otherwise than the source prints it ----------------
-BUG_SPELLED = ("bug 5: a key-list dump whose key the source finds under another text (MariaDB TIME '00:00:03' "
-               "printed '00:00:03.000000', PostgreSQL interval '24:00:00' held as '1 day') takes the key for "
-               "missing (reconcile compares key texts) and adds its delete: a PostgreSQL target, matching the "
-               "key by value, deletes the row the dump just wrote. verify --repair (bug 3 names such keys) "
-               "empties a table that was equal")
+# (bug 5 of stop 36, data loss: the requested key taken for missing because the source prints it
+# otherwise, MariaDB TIME '00:00:03' as '00:00:03.000000', PostgreSQL interval '24:00:00' held as
+# '1 day'; its delete removed the row in a target matching keys by value. reconcile.py matches by value)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_SPELLED)
 @MARIADB
 def test_a_repair_of_a_time_keyed_table_keeps_its_rows(src_db, make_cdc):
     cdc = make_cdc(["t"])
@@ -441,7 +433,6 @@ def test_a_repair_of_a_time_keyed_table_keeps_its_rows(src_db, make_cdc):
     assert out["equal"] or out["repaired"], str(out)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_SPELLED)
 @POSTGRES
 def test_a_key_list_dump_of_a_key_spelled_otherwise_keeps_the_row(src_db, make_cdc):
     from airflow_provider_dblog.engine.requests import DumpSpec

@@ -27,7 +27,7 @@ from ...positions import Position
 from ...schema import TableSchema
 from ..base import ChunkPlan, LogItem, Problem
 from ..sql_source import SELECT_BATCH, SqlSource
-from . import checks
+from . import checks, key_texts
 from .binlog import BinlogReader, CapturedTable, StreamSettings, binlog_file_number
 from .catalog import LITERAL_DEFAULT, TRANSACTIONAL_ENGINES, load_decode_tables, read_table
 from .convert import key_sql_value, to_logical
@@ -38,7 +38,6 @@ from .types import NativeColumn, needs_expr, select_expr, text_parsed
 
 log = logging.getLogger(__name__)
 
-# what each table problem of ``check`` is fixed by
 class MySQLSource(SqlSource):
     """A MySQL/MariaDB source of the DBLog engine (see sources/base.py Source)."""
 
@@ -50,6 +49,7 @@ class MySQLSource(SqlSource):
     value_errors = (pymysql.err.DataError,)
     driver_error = pymysql.MySQLError
     quote_table = staticmethod(quote_table)
+    canonical_keys = key_texts.canonical_keys   # a TIME key's texts (key_texts.py)
 
     read_timeout_s = 30.0      # a silent binlog connection is dead after this long
 
