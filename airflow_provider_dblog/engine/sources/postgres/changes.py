@@ -159,7 +159,7 @@ class TransactionAssembler(LogMarks):
                 yield RowChange(e)
 
     def begin(self, m: Begin) -> None:
-        self.in_txn, self.commit_lsn, self.seq = True, m.final_lsn, 0
+        self.in_txn, self.commit_lsn, self.seq, self.xid = True, m.final_lsn, 0, m.xid
         self.ts = int(m.commit_ts.timestamp() * 1000)
         self.txn, self.held, self.touched, self.shared = [], [], set(), False
 

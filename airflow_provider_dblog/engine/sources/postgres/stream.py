@@ -12,6 +12,8 @@ source's slot (slot.py), pgoutput protocol version 1, each message decoded
   past its checkpoint (which would be a LogGapError).
 - Between transactions, a keepalive's wal_end becomes a TxnEnd (the checkpoint follows
   WAL written by other tables); a quiet server gives Idle.
+- A schema change's catalog read waits (VISIBLE_WAIT_S at most) until the transaction
+  being decoded is visible: its commit is in the WAL before it is visible to snapshots.
 - Values arrive as text and are parsed by the captured column's type
   (column_types.text_converter), giving the values select_keys reads.
 
@@ -40,6 +42,7 @@ from .slot import TAIL_APPLICATION, SlotAndPublication
 REPLICATION_OPTIONS = pg_options()
 FEEDBACK_EVERY_S = 5.0    # standby status also acts as the connection's keepalive
 NO_TIMER_S = 86400.0      # psycopg2's own feedback timer: off (the module docstring)
+VISIBLE_WAIT_S = 5.0      # a decoded ALTER's transaction awaited before its catalog read
 BOUNDARY_EVERY_S = 0.2    # how often a keepalive's wal_end becomes a TxnEnd
 CHECK_EVERY = 64          # messages between two stop tests inside a transaction
 # how often, between transactions, the captured names' oids are compared with the catalog's: a
@@ -68,12 +71,17 @@ class LogStream:
         until ``should_stop()``."""
         src, slot = self.source, self.slot
         slot.await_free(start_lsn)
+
+        def refresh(table: str):
+            # the transaction being decoded is committed in the WAL, maybe not yet visible
+            if txns.in_txn:   # (VISIBLE_WAIT_S at most: the tail renews no lease meanwhile)
+                src.await_visible(txns.xid, VISIBLE_WAIT_S)
+            return src.refresh_schema(table), src.native_columns(table)
         txns = TransactionAssembler({t: src.table_schema(t) for t in src.tables},
                                     {t: src.native_columns(t) for t in src.tables},
                                     src.watermark_table,
                                     {t for t in src.tables if src.key_deferrable(t)},
-                                    refresh=lambda t: (src.refresh_schema(t), src.native_columns(t)),
-                                    catalog=src)
+                                    refresh=refresh, catalog=src)
         conn = self._connect()
         cur = conn.cursor()
         slot.confirm(start_lsn)

@@ -113,3 +113,18 @@ class WatermarkWrites:
                     "standby that does not answer?): a chunk select would not see them. Fix the "
                     "standby (synchronous_standby_names), then resume the dump")
             time.sleep(0.005)
+
+    def await_visible(self, xid: int, timeout_s: float) -> None:
+        """Wait until transaction ``xid``, whose commit the tail has read in the log, is visible
+        to new snapshots: a catalog read before it would miss what it changed (an ALTER with
+        rows in one transaction, read as the catalog being past the log: a false quarantine).
+        After ``timeout_s`` the catalog is read anyway (it then decides, as before)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            (xmax,), = self._query("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
+            xmax = int(xmax)   # the 32-bit xid as a full one: the nearest to xmax (within 2^31)
+            full = xmax + ((int(xid) - xmax + 2**31) % 2**32 - 2**31)
+            (seen,), = self._query("SELECT pg_visible_in_snapshot(%s::text::xid8, pg_current_snapshot())", (full,))
+            if seen or time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
