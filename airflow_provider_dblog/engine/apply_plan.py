@@ -28,8 +28,8 @@ import pyarrow.parquet as pq
 
 from .apply_hold import held_at, latest_per_key, released  # noqa: F401 - (latest_per_key: imported from here)
 from .config import Config, SourceConfig, TargetConfig
-from .errors import (NoPrimaryKeyError, SourceSetupError, SourceUnavailableError, TargetUnavailableError,
-                     UnknownTableError)
+from .errors import (LeaseLostError, NoPrimaryKeyError, SourceSetupError, SourceUnavailableError, StateLostError,
+                     TablesNotAppliedError, TargetUnavailableError, UnknownTableError)
 from .positions import Position
 from .retry import Retrier, count_retry, redis_is_transient
 from .schema import TableSchema
@@ -327,24 +327,42 @@ def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store,
     it (a commit whose answer was lost is not applied twice)."""
     retry = target_retrier(target, tcfg, state, retry_for_s)
     results: dict[str, dict] = {}
+    errors: dict[str, Exception] = {}
     clashes = name_clashes(scfg.tables, tcfg.changelog, tcfg.name)
     for t in names:
         if t in clashes:   # held, named (targets/__init__.py)
             results[t] = clashes[t]
             continue
-        before, what = retry.retries, f"apply of {t} to {target_label(tcfg)}"
-        res = last = retry.run(lambda: applier.apply_table(schemas[t]), what)
-        while (last.get("evolved") and last["status"] in ("applied", "empty")) or \
-                (last.get("quarantined") or {}).get("releasing"):
-            # the batch ended at a change of the table's shape, which the target took, or at the
-            # break a done dump releases (quarantine.settle): go on from it
-            more = retry.run(lambda: applier.apply_table(schemas[t]), what)
-            if more["from"] == last["from"]:   # the checkpoint did not move: a concurrent run took it
-                break
-            res, last = combined(res, more), more
-        res = retry.run(lambda: with_sweep(res, target, tcfg.name, store, state, scfg, schemas[t]), what)
-        results[t] = res | ({"retries": retry.retries - before} if retry.retries > before else {})
+        try:
+            results[t] = _apply_one(applier, target, tcfg, scfg, store, state, schemas[t], retry)
+        except (TargetUnavailableError, LeaseLostError, StateLostError):
+            raise   # the target, Redis or the run itself: no table can go on
+        except Exception as e:   # noqa: BLE001 - one table's failure does not stop the others
+            log.exception("apply of %s to %s failed; the run goes on with the other tables", t, target_label(tcfg))
+            results[t], errors[t] = {"status": "failed", "error": f"{type(e).__name__}: {e}"}, e
+    if errors:   # (the first table's error as the cause)
+        raise TablesNotAppliedError(
+            f"apply to {target_label(tcfg)}: {len(errors)} table(s) failed, the other {len(results) - len(errors)} "
+            "went on: " + "; ".join(f"{t}: {results[t]['error']}" for t in errors), results) from next(iter(errors.values()))
     return results, retry.retries
+
+
+def _apply_one(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store, state, schema: TableSchema,
+               retry) -> dict:
+    """One table's batches (one after another across changes of shape), then its orphan sweep."""
+    t = schema.qualified
+    before, what = retry.retries, f"apply of {t} to {target_label(tcfg)}"
+    res = last = retry.run(lambda: applier.apply_table(schema), what)
+    while (last.get("evolved") and last["status"] in ("applied", "empty")) or \
+            (last.get("quarantined") or {}).get("releasing"):
+        # the batch ended at a change of the table's shape, which the target took, or at the
+        # break a done dump releases (quarantine.settle): go on from it
+        more = retry.run(lambda: applier.apply_table(schema), what)
+        if more["from"] == last["from"]:   # the checkpoint did not move: a concurrent run took it
+            break
+        res, last = combined(res, more), more
+    res = retry.run(lambda: with_sweep(res, target, tcfg.name, store, state, scfg, schema), what)
+    return res | ({"retries": retry.retries - before} if retry.retries > before else {})
 
 
 def combined(first: dict, then: dict) -> dict:

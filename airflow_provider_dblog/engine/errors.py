@@ -76,6 +76,14 @@ class TargetUnavailableError(DBLogError):
     """The apply's target (or Redis) stayed away longer than ``apply.retry_for_s``."""
 
 
+class TablesNotAppliedError(DBLogError):
+    """Some tables of an apply run failed (each for its own reason); the others were applied."""
+
+    def __init__(self, message: str, results: dict):
+        super().__init__(message)
+        self.results = results   # every table's result, {"status": "failed", "error"} for those
+
+
 class RequestBusyError(DBLogError):
     """Another runner holds the dump request's lease: one runner per request."""
 

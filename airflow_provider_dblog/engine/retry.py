@@ -56,7 +56,8 @@ class Retrier:
             try:
                 result = step()
             except Exception as e:
-                if not self.is_transient(e):
+                if not self.is_transient(e):   # the server answered: any outage is over
+                    self._since, self._failures = None, 0
                     raise
                 self._failed(e, what)
                 continue

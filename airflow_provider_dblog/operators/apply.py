@@ -11,7 +11,7 @@ from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.observability.stats import Stats
 
 from ..assets import apply_alias, lake_table_asset, table_asset
-from ..engine.errors import ConfigError, UnknownTableError
+from ..engine.errors import ConfigError, TablesNotAppliedError, UnknownTableError
 from ..exceptions import DBLogInvalidRequest
 from ..hooks.dblog import CONFIG_ENV, DBLogHook
 from .spark import DBLogSparkSubmitOperator
@@ -132,7 +132,11 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
         self.check_spark_connection()  # the fallback must work whatever this run's size
         hook = self.dblog_hook()
         tcfg, _, tables = self._target(hook)
-        result = run_apply(hook.config, tcfg.name, tables or None, run_spark=lambda: self.run_job(hook, context))
+        try:
+            result = run_apply(hook.config, tcfg.name, tables or None, run_spark=lambda: self.run_job(hook, context))
+        except TablesNotAppliedError as e:   # the tables applied still get their events, then the task fails
+            self.handle_result({"tables": e.results}, hook, context)
+            raise
         return self.handle_result(result, hook, context)
 
     def job_arguments(self, hook: DBLogHook, context: Context) -> list[str]:
@@ -162,6 +166,8 @@ class DBLogApplyOperator(DBLogSparkSubmitOperator):
                 self.log.error("%s -> %s: apply held at %s: %s. Fix the value at the source (any "
                                "later change of the row releases it) or re-dump the row.",
                                table, tcfg.name, r["held"]["at"], r["held"]["error"])
+            if r.get("status") == "failed":   # its own error (TablesNotAppliedError): the others went on
+                self.log.error("%s -> %s: apply failed, it stays where it was: %s", table, tcfg.name, r["error"])
             if r.get("quarantined"):
                 # a schema change its target cannot follow: this table stops before it, the others go on
                 q = r["quarantined"]

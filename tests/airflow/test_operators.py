@@ -507,6 +507,41 @@ def test_small_apply_runs_in_process_with_the_same_result_and_assets(dblog_setup
     assert alias_events(quiet) == {}
 
 
+def test_an_apply_with_a_failing_table_adds_the_applied_tables_events_then_fails(dblog_setup, context,
+                                                                                  fake_spark_submit):
+    """One table's own apply error (a CHECK constraint added in the warehouse) fails the task
+    naming it, after the other table's rows landed and its Asset event was added."""
+    from psycopg2 import sql
+
+    from airflow_provider_dblog.engine.errors import TablesNotAppliedError
+    from airflow_provider_dblog.engine.targets import target_table_name
+    from helpers import TailThread
+
+    s = dblog_setup({"items": "id INT PRIMARY KEY, v INT", "other": "id INT PRIMARY KEY, v INT"})
+    items, other = s.tables
+    fake_spark_submit("fail")
+    broken = target_table_name(s.source().table_schema(items))
+    tail = TailThread(s).start()
+    try:
+        s.execute("INSERT INTO items VALUES (1, 1)")
+        s.execute("INSERT INTO other VALUES (1, 1)")
+        tail.drain()
+        DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(context)   # the target tables
+        with s.target() as t, t.conn, t.conn.cursor() as cur:
+            cur.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT small CHECK (v < 100)").format(sql.Identifier(broken)))
+        s.execute("INSERT INTO items VALUES (2, 500)")
+        s.execute("INSERT INTO other VALUES (2, 500)")
+        tail.drain()
+    finally:
+        tail.stop()
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+    second = context | {"outlet_events": OutletEventAccessors()}
+    with pytest.raises(TablesNotAppliedError, match=rf"{items}: CheckViolation"):
+        DBLogApplyOperator(task_id="apply", config_path=str(s.path)).execute(second)
+    assert list(alias_events(second)) == [table_asset("src", other).uri], alias_events(second)
+    assert s.target().count(s.source().table_schema(other)) == 2
+
+
 @pytest.mark.parametrize("kind", ["delta", "iceberg"])
 def test_an_apply_into_a_lake_table_adds_an_event_to_its_own_asset_with_the_version(dblog_setup, context,
                                                                                    fake_spark_submit, kind):

@@ -21,7 +21,7 @@ from psycopg2 import sql
 from airflow_provider_dblog.devenv import servers as devenv
 from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.dump import DumpRunner
-from airflow_provider_dblog.engine.errors import SourceUnavailableError, TargetUnavailableError
+from airflow_provider_dblog.engine.errors import SourceUnavailableError, TablesNotAppliedError, TargetUnavailableError
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.targets import PostgresTarget, target_table_name
 from airflow_provider_dblog.engine.targets.pg_tables import STAGE_PREFIX
@@ -184,9 +184,11 @@ def test_a_sql_error_is_not_retried(src_db, make_cdc):
     with src_db.cursor() as cur:
         cur.execute("UPDATE t SET v = 100000 WHERE id = 1000")
     cdc.drain()
-    with pytest.raises(psycopg2.errors.NumericValueOutOfRange) as caught:
+    with pytest.raises(TablesNotAppliedError, match="NumericValueOutOfRange") as caught:
         run_apply(cdc.cfg, "tgt", via="local")
-    assert PostgresTarget.is_transient(caught.value) is False and caught.value.pgcode == "22003"
+    cause = caught.value.__cause__   # the table's own error
+    assert isinstance(cause, psycopg2.errors.NumericValueOutOfRange), repr(cause)
+    assert PostgresTarget.is_transient(cause) is False and cause.pgcode == "22003"
     assert "apply_retries" not in cdc.state.counters()
     assert _stage_tables(cdc) == []  # a failed merge drops its stage
 
