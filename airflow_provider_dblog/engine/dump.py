@@ -301,7 +301,8 @@ class DumpRunner:
             rows = self.source.conform_chunk(schema, self.store.read_chunk(task.request, task.table, window.id))
         requested = [schema.parse_key(k) for k in task.keys] if task.keys is not None else None
         in_window = self.store.read_range(schema, lw, hw)
-        result = reconcile(schema, rows, in_window, hw, requested_keys=requested)
+        result = reconcile(schema, rows, in_window, hw, requested_keys=requested,
+                           equal_keys=lambda a, b: self.source.equal_keys(schema, a, b))
         self._check_lease()
         verifying = self.spec(task.request).verify
         if verifying:   # a verification: the rows as of the HW kept for its comparison (verify_run.py)

@@ -58,21 +58,23 @@ def encode_key(values: Sequence[Any], types: Sequence[str] | None = None) -> str
     return json.dumps([_canonical(v, t) for v, t in zip(values, types)], separators=(",", ":"))
 
 
-# key types whose one value has several texts (values.comparable_key): keys of them are
-# matched by value_keys where a key a user gave meets one the source printed
-KEYS_BY_VALUE = frozenset({"text:interval"})
+def by_value(logical: str) -> bool:
+    """A key type whose one value has several texts (values.comparable_key: an interval, of any
+    precision or fields): keys of it are matched by value_keys where a key a user gave meets
+    one the source printed."""
+    return logical.startswith("text:interval")
 
 
 def value_keys(keys: pa.Array, types: Sequence[str]) -> pa.Array:
     """encode_key strings in a form equal exactly when the database takes the keys for one
     (an interval '24:00:00' is '1 day'); the strings themselves when no key type needs it."""
-    if not any(t in KEYS_BY_VALUE for t in types):
+    if not any(by_value(t) for t in types):
         return keys
     out = []
     for text in keys.to_pylist():
         values = None if text is None else json.loads(text)
         out.append(None if values is None else json.dumps(
-            [comparable_key(t, v) if t in KEYS_BY_VALUE else v for t, v in zip(types, values)],
+            [comparable_key(t, v) if by_value(t) else v for t, v in zip(types, values)],
             separators=(",", ":")))
     return pa.array(out, pa.string())
 

@@ -8,7 +8,7 @@ position, in key order. Position-based, so the tail never pauses (invariant 3).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,8 +60,11 @@ def _before_keys(table: TableSchema, events: pa.Table) -> set[str]:
 
 
 def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: Position,
-              requested_keys: Sequence[tuple] | None = None, source_ts: int = 0) -> ReconcileResult:
-    """``window_events``: this table's log events with LW < pos < HW (event schema)."""
+              requested_keys: Sequence[tuple] | None = None, source_ts: int = 0,
+              equal_keys: Callable[[list[tuple], list[str]], set[int]] | None = None) -> ReconcileResult:
+    """``window_events``: this table's log events with LW < pos < HW (event schema).
+    ``equal_keys(candidates, known)``: which requested keys not found by their text the
+    source's own ``=`` takes for a key it has (``known``: key strings; Source.equal_keys)."""
     changed = set(window_events["key"].to_pylist()) | _before_keys(table, window_events)
     rows = conform_rows(table, chunk)
     keys = row_keys(table, rows)
@@ -80,6 +83,9 @@ def reconcile(table: TableSchema, chunk: pa.Table, window_events: pa.Table, hw: 
         wanted = value_keys(pa.array([table.encode_key(k) for k in requested_keys], pa.string()),
                             table.key_types).to_pylist()
         missing = [key for key, v in zip(requested_keys, wanted) if v not in known]
+        if missing and equal_keys is not None:
+            same = equal_keys(missing, sorted(set(keys.to_pylist()) | changed))
+            missing = [key for i, key in enumerate(missing) if i not in same]
 
     schema = event_arrow_schema(table)
     row_type = table.row_struct()

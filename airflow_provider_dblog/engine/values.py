@@ -315,7 +315,7 @@ def comparable(logical: str, v: Any) -> Any:
 # PostgreSQL's interval text with IntervalStyle postgres (PG_TEXT_SETTINGS): fields each
 # with its own sign, e.g. '-1 years +2 mons 3 days -04:05:06.5'
 _PG_INTERVAL = re.compile(r"^(?:([+-]?\d+) years? ?)?(?:([+-]?\d+) mons? ?)?(?:([+-]?\d+) days? ?)?"
-                          r"(?:([+-])?(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?)?$")
+                          r"(?:([+-])?(\d+):([0-5]\d):([0-5]\d)(?:\.(\d{1,6}))?)?$")
 _DAY_US = 86_400_000_000
 
 
@@ -340,6 +340,6 @@ def comparable_key(logical: str, v: Any) -> Any:
     numeric's scale does not count, 1.5 and 1.50; nor an interval's spelling)."""
     if v is not None and logical.startswith("numeric"):
         return numeric_key(str(v))
-    if v is not None and logical == "text:interval":
+    if v is not None and logical.startswith("text:interval"):   # (interval(3), interval day to second)
         return interval_key_us(str(v))
     return comparable(logical, v)

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from .arrow_values import from_arrow, to_arrow
 from .events import DELETE
-from .keys import KEYS_BY_VALUE, value_keys
+from .keys import by_value, value_keys
 from .positions import Position
 from .requests import MAX_KEYS
 from .schema import TableSchema
@@ -181,7 +181,7 @@ def _newest(changes: pa.Table, keys: pa.Array) -> pa.Array:
 
 def _by_value(table: TableSchema, changes: pa.Table) -> pa.Table:
     """``changes`` keyed by value_keys (two texts of one key: its newest change)."""
-    if not any(t in KEYS_BY_VALUE for t in table.key_types) or not changes.num_rows:
+    if not any(by_value(t) for t in table.key_types) or not changes.num_rows:
         return changes
     keyed = pa.table({KEY: value_keys(changes[KEY].combine_chunks(), table.key_types), "pos": changes["pos"]})
     return keyed.group_by(KEY).aggregate([("pos", "max")]).rename_columns([KEY, "pos"])

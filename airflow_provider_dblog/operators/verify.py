@@ -124,8 +124,9 @@ def raise_if_differs(result: dict) -> None:
     table that differs and was not repaired, naming the tables and their counts."""
     if result["equal"] or result.get("repaired"):
         return
+    repaired = {t for t, fix in (result.get("repair") or {}).items() if fix["equal"]}
     differing = {t: {k: r[k] for k in ("missing", "extra", "different")} for t, r in result["tables"].items()
-                 if not r["equal"] and not r["incomplete"]}
+                 if not r["equal"] and not r["incomplete"] and t not in repaired}
     unverified = [t for t, r in result["tables"].items() if r["incomplete"]]
     raise DBLogVerificationFailed(
         (f"target {result['target']} differs from its source in "

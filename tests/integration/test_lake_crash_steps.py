@@ -385,7 +385,8 @@ def test_a_killed_orphan_sweep_deletes_the_orphans_once_and_nothing_else(src_db,
         if at == "after-commit":
             assert not ghosts, f"{where}: the orphans are still there"
         pending = cdc.state.pending_sweep(table, n) is not None
-        assert pending or info["phase"] == "done", f"{where}: the sweep is recorded as done"
+        # (killed once the sweep's commit returned: its record may be cleared already)
+        assert pending or info["phase"] in ("done", "sweep done"), f"{where}: the sweep is recorded as done"
         res = cdc.apply_local(n)[table]
         deleted = res.get("orphans_deleted", 0)
         # the orphans go exactly once; a rerun after the commit reports the count the killed run deleted

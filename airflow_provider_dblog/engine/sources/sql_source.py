@@ -265,6 +265,11 @@ class SqlSource:
         """Keys from a user in the form the source prints them (see PostgresSource)."""
         return keys
 
+    def equal_keys(self, table: TableSchema, candidates: list[tuple], known: list[str]) -> set[int]:
+        """The indexes of ``candidates`` the source's ``=`` takes for one of ``known`` though
+        their texts differ (postgres/key_texts.py); none here."""
+        return set()
+
     # -- rows ------------------------------------------------------------------
     def _typed_key(self, table: TableSchema, values: Sequence[Any]) -> tuple:
         native = self.native_columns(table.qualified)

@@ -95,12 +95,18 @@ def select_expr(n: NativeColumn, quote: Callable[[str], str] = quote_ident) -> s
     same for psycopg2 and Spark's JDBC reader): its text, unless it is a plain int,
     float, bool, bytea or text value."""
     q = quote(n.name)
+    expr = read_expr(n, q)
+    return q if expr == q else f"{expr} AS {q}"
+
+
+def read_expr(n: NativeColumn, value: str) -> str:
+    """select_expr's expression of the SQL value ``value`` of the column's type (no alias)."""
     if n.type_name == "inet":   # its cast to text keeps a full netmask ('::1/128'); abbrev is the
-        return f"abbrev({q}) AS {q}"   # output function's text, as the log has it ('::1')
+        return f"abbrev({value})"   # output function's text, as the log has it ('::1')
     if text_parsed(n) or n.logical.startswith("text:") or n.logical == "json" or (
             n.logical == "string" and n.type_name not in ("text", "varchar", "bpchar", "name")):
-        return f"{q}::text AS {q}"
-    return q
+        return f"{value}::text"
+    return value
 
 
 def needs_expr(n: NativeColumn) -> bool:

@@ -24,7 +24,6 @@ import pyarrow as pa
 
 from ...conditions import parse_condition
 from ...config import SourceConfig
-from ...errors import InvalidKeyError
 from ...positions import Position
 from ...schema import TableSchema
 from ...values import pg_options, pg_set_statements
@@ -32,6 +31,7 @@ from ..base import ChunkPlan, LogItem
 from ..sql_source import SELECT_BATCH, SqlSource, raw_key_alias
 from .catalog import (catalog_identity, catalog_oids, key_deferrable_now, load_table, partition_roots,
                       retyped_as_logged)
+from . import key_texts
 from .checks import SetupChecks
 from .column_types import NativeColumn, needs_expr, select_expr, text_converter, text_parsed, to_logical
 from .lsn import lsn_to_int
@@ -60,6 +60,8 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
     driver_error = psycopg2.Error
     definition_grant = "grant USAGE on the schema and SELECT on the table"
     quote_table = staticmethod(quote_table)
+    canonical_keys = key_texts.canonical_keys   # a requested key's text, and keys equal by value
+    equal_keys = key_texts.equal_keys
 
     def __init__(self, config: SourceConfig):
         super().__init__(config)
@@ -102,25 +104,6 @@ class PostgresSource(SetupChecks, WatermarkWrites, SqlSource):
                 if self._conn.closed:   # next call reconnects
                     self._conn = None
                 raise
-
-    def canonical_keys(self, table: TableSchema, keys: list[tuple]) -> list[tuple]:
-        """Keys from a user in the text PostgreSQL itself prints for them (a uuid in any
-        case, an inet with or without its /32), so a requested key matches its row."""
-        cols = [i for i, c in enumerate(table.key_columns) if c.type.startswith("text:")]
-        if not cols or not keys:
-            return keys
-        out = [list(k) for k in keys]
-        for i in cols:
-            sql_type = table.key_columns[i].type[5:]   # checked against schema._TEXT_TYPE
-            try:
-                rows = self._query(f"SELECT v::{sql_type}::text FROM unnest(%s::text[]) "
-                                   "WITH ORDINALITY AS u(v, n) ORDER BY n", ([k[i] for k in keys],))
-            except psycopg2.DataError as e:
-                raise InvalidKeyError(f"{table.qualified}.{table.key[i]} ({sql_type}): "
-                                      f"{str(e).strip().splitlines()[0]}") from None
-            for k, (v,) in zip(out, rows):
-                k[i] = v
-        return [tuple(k) for k in out]
 
     # -- schemas -----------------------------------------------------------------
     def replica_identity(self, table: str) -> str:
