@@ -5,8 +5,9 @@ them (methods of PostgresSource, bound in source.py).
   select expression, column_types.read_expr: a uuid in any case, an inet with or without its
   /32), so it matches its row's text.
 - ``equal_keys``: which requested keys the database's own ``=`` takes for a key the source has
-  (jsonb {"a": 1.00} and {"a": 1.0}, numeric[] {1.50} and {1.5}, citext 'A' and 'a'): PostgreSQL
-  prints what was stored, so no text of theirs is canonical. A key-list dump asks before it
+  (jsonb {"a": 1.00} and {"a": 1.0}, numeric[] {1.50} and {1.5}: the text-typed key columns):
+  PostgreSQL prints what was stored, so no text of theirs is canonical. (citext is a string
+  column: a key in another case gets a delete that a target's text column matches to nothing.) A key-list dump asks before it
   takes a requested key for deleted (reconcile.py), whose delete would match the row by value.
 """
 from __future__ import annotations
