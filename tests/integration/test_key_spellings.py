@@ -80,41 +80,36 @@ def _same_by_engine(source, schema, a: str, b: str) -> bool:
 
 
 # -- the source's equality and the engine's key matching agree ---------------------------------
-@POSTGRES
-def test_interval_keys_match_exactly_when_postgresql_takes_them_for_one(src_db, make_cdc):
+def _engine_agrees_with_the_source(src_db, make_cdc, column_type: str, pairs, equal_sql: str) -> None:
+    """Over generated pairs of spellings, the engine takes two keys of a ``column_type`` key
+    for one exactly when the source's own ``equal_sql`` does, both sides met often."""
     with src_db.cursor() as cur:
-        src_db.create_table(cur, "i", "k interval PRIMARY KEY, v int")
-    cdc = make_cdc(["i"])
-    schema = cdc.source.table_schema(f"{cdc.db}.i")
+        src_db.create_table(cur, "keyed", f"k {column_type} PRIMARY KEY, v int")
+    cdc = make_cdc(["keyed"])
+    schema = cdc.source.table_schema(f"{cdc.db}.keyed")
     seen = {"equal": 0, "different": 0}
 
     @SETTINGS
-    @given(pair=pg_interval_pairs())
+    @given(pair=pairs)
     def check(pair):
         a, b = pair
-        (same,), = cdc.source._query("SELECT %s::interval = %s::interval", (a, b))
-        assert _same_by_engine(cdc.source, schema, a, b) == same, (a, b, same)
+        (same,), = cdc.source._query(equal_sql, (a, b))
+        assert _same_by_engine(cdc.source, schema, a, b) == bool(same), (a, b, same)
         seen["equal" if same else "different"] += 1
     check()
     assert seen["equal"] >= 5 and seen["different"] >= 5, seen   # both sides of the property were met
 
 
+@POSTGRES
+def test_interval_keys_match_exactly_when_postgresql_takes_them_for_one(src_db, make_cdc):
+    _engine_agrees_with_the_source(src_db, make_cdc, "interval", pg_interval_pairs(),
+                                   "SELECT %s::interval = %s::interval")
+
+
 @MARIADB
 def test_time_keys_match_exactly_when_mariadb_takes_them_for_one(src_db, make_cdc):
-    with src_db.cursor() as cur:
-        src_db.create_table(cur, "t", "k TIME(6) PRIMARY KEY, v int")
-    cdc = make_cdc(["t"])
-    schema = cdc.source.table_schema(f"{cdc.db}.t")
-    seen = {"equal": 0, "different": 0}
-
-    @SETTINGS
-    @given(a=time_literals(), b=time_literals())
-    def check(a, b):
-        (same,), = cdc.source._query("SELECT CAST(%s AS TIME(6)) = CAST(%s AS TIME(6))", (a, b))
-        assert _same_by_engine(cdc.source, schema, a, b) == bool(same), (a, b, same)
-        seen["equal" if same else "different"] += 1
-    check()
-    assert seen["equal"] >= 5 and seen["different"] >= 5, seen
+    _engine_agrees_with_the_source(src_db, make_cdc, "TIME(6)", st.tuples(time_literals(), time_literals()),
+                                   "SELECT CAST(%s AS TIME(6)) = CAST(%s AS TIME(6))")
 
 
 @MARIADB
