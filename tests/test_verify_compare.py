@@ -9,9 +9,11 @@ servers' side of this (the window argument under writers) is tests/integration/t
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import math
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -20,6 +22,7 @@ from airflow_provider_dblog.engine.events import DELETE, SNAPSHOT, UPDATE, Event
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.schema import Column, TableSchema
 from airflow_provider_dblog.engine.values import comparable
+from airflow_provider_dblog.engine import verify_compare
 from airflow_provider_dblog.engine.verify_compare import compare_table, key_strings, last_changes
 from airflow_provider_dblog.engine.verify_rows import rows_to_batches
 
@@ -108,13 +111,16 @@ def cases(draw):
     return keys, source, chunks, lw_of, absent, target, rows, dups, changes, floor
 
 
+@pytest.mark.parametrize("matched_by", ["integers", "key strings"])   # (one integer key: its fast path)
 @settings(max_examples=150, deadline=None)
-@given(cases())
-def test_the_report_names_exactly_the_keys_that_differ(case):
+@given(case=cases())
+def test_the_report_names_exactly_the_keys_that_differ(case, matched_by):
     keys, source, chunks, lw_of, absent, target, rows, dups, changes, floor = case
     at = pos(200)
-    got = compare_table(T, "tgt", chunks, rows_to_batches(T, [r + (p,) for r, p in rows]), at,
-                        last_changes(T, events_to_arrow(T, changes)), floor)
+    with mock.patch.object(verify_compare, "_int_key", lambda table: False) if matched_by == "key strings" \
+            else contextlib.nullcontext():
+        got = compare_table(T, "tgt", chunks, rows_to_batches(T, [r + (p,) for r, p in rows]), at,
+                            last_changes(T, events_to_arrow(T, changes)), floor)
     newest: dict[int, Position] = {}
     for e in changes:
         newest[e.key[0]] = max(newest.get(e.key[0], e.pos), e.pos)

@@ -113,26 +113,42 @@ def _compare(parts: Wiring, target, rid: str, schema: TableSchema, scope: set[st
     deadline = time.monotonic() + wait_s
     while True:
         at, rows = _read_past(parts, target, schema, need, deadline, wait_s)
-        # a change of shape or a TRUNCATE meanwhile (a schema version, not a row event): every key read before
-        # it is out. At ``at`` itself too: a target at a change's position has taken it (its applied position
-        # moves to the change with the new shape, in one transaction or, on a lake, one commit after the rows)
-        reshaped = _reshaped(parts.store.schema_versions(schema.qualified), floor, at)
-        if reshaped is not None:
-            read = sum(c[2].num_rows for c in chunks)
-            return TableReport(schema.qualified, target.config.name, at.encode(), source_rows=read, skipped=read,
-                               incomplete=f"the table changed shape (or was emptied) at {reshaped} during the "
-                                          "verification: every key read before it is left out; verify it again")
-        # a lake batch that ends at a change of shape commits its rows, then the position with the
-        # change: the rows read may be the table just below that change, so keys changed up to it are out
-        upto = min((p for p, _ in parts.store.schema_versions(schema.qualified) if p > at), default=at)
-        changes = last_changes(schema, parts.store.read_range(schema, floor, upto))
-        report = compare_table(schema, target.config.name, chunks, rows, at, changes, floor, scope, upto)
+        try:   # (rows a comparison does not read hold the target's read open: closed at once)
+            report = _compare_at(parts, target, schema, chunks, floor, at, rows, scope)
+        finally:
+            _close(rows)
         if not report.ahead:
             return report
         if time.monotonic() > deadline:   # (a lake batch ending at a change of shape commits twice)
             raise VerificationError(f"{schema.qualified}: target {target.config.name} kept rows past its applied "
                                     f"position {at} for {wait_s:.0f} s: an apply stopped between two commits?")
         time.sleep(0.2)
+
+
+def _compare_at(parts: Wiring, target, schema: TableSchema, chunks, floor: Position, at: Position, rows,
+                scope: set[str] | None) -> TableReport:
+    """The chunks compared with the target's rows read at its applied position ``at``."""
+    # a change of shape or a TRUNCATE meanwhile (a schema version, not a row event): every key read before
+    # it is out. At ``at`` itself too: a target at a change's position has taken it (its applied position
+    # moves to the change with the new shape, in one transaction or, on a lake, one commit after the rows)
+    reshaped = _reshaped(parts.store.schema_versions(schema.qualified), floor, at)
+    if reshaped is not None:
+        read = sum(c[2].num_rows for c in chunks)
+        return TableReport(schema.qualified, target.config.name, at.encode(), source_rows=read, skipped=read,
+                           incomplete=f"the table changed shape (or was emptied) at {reshaped} during the "
+                                      "verification: every key read before it is left out; verify it again")
+    # a lake batch that ends at a change of shape commits its rows, then the position with the
+    # change: the rows read may be the table just below that change, so keys changed up to it are out
+    upto = min((p for p, _ in parts.store.schema_versions(schema.qualified) if p > at), default=at)
+    changes = last_changes(schema, parts.store.read_range(schema, floor, upto))
+    return compare_table(schema, target.config.name, chunks, rows, at, changes, floor, scope, upto)
+
+
+def _close(rows) -> None:
+    """Ends a target's read (Target.read_at's rows may hold a transaction open until closed)."""
+    close = getattr(rows, "close", None)
+    if close is not None:
+        close()
 
 
 def _reshaped(versions: list[tuple[Position, dict]], floor: Position, at: Position) -> Position | None:
@@ -160,6 +176,7 @@ def _read_past(parts: Wiring, target, schema: TableSchema, need: Position, deadl
             at, rows = target.read_at(schema, parts.name)
             if at is not None and at >= need:
                 return at, rows
+            _close(rows)
         stopped = quarantined(parts.state).get(schema.qualified) or {}
         if target.config.name in stopped.get("waiting", []):   # its apply stops before a change of shape
             raise VerificationError(f"{schema.qualified} is quarantined on target {target.config.name} "

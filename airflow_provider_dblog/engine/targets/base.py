@@ -114,7 +114,8 @@ class Target(Protocol):
     def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any]]: ...
     # verification: the rows (batches of engine/verify_rows.py: each column in its logical
     # type's Arrow form, _dblog_pos, _dblog_bad) and the applied position of ``source``, both
-    # of one consistent read of the table
+    # of one consistent read of the table; rows with a ``close()`` (an open read) are closed by
+    # the caller once compared, or when it stops before
     def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[pa.Table]]: ...
     # a lake table's Asset URI and its version (Delta version / Iceberg snapshot id); None for SQL
     def uri(self, table: TableSchema | str) -> str | None: ...

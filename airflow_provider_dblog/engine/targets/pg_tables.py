@@ -12,7 +12,7 @@ import hashlib
 
 from psycopg2 import sql
 
-from ..logical_types import is_text_carried
+from ..logical_types import DECIMAL_TYPE, is_text_carried
 from ..schema import TableSchema
 from ..values import float32, parse_pg_date, parse_pg_timestamp
 from .base import OP_COLUMN, POS_COLUMN  # noqa: F401 - the names every target uses
@@ -71,17 +71,18 @@ FROM_TEXT = {"date": parse_pg_date, "timestamp": parse_pg_timestamp,
               "timestamptz": lambda text: parse_pg_timestamp(text, True)}
 
 
-def read_list(table: TableSchema, names: list[str], alias: str = "") -> sql.Composable:
+def read_list(table: TableSchema, names: list[str], alias: str = "", decimals_as_text: bool = False) -> sql.Composable:
     """A select list of target columns that reads each value exactly: as text where Python's
     types or psycopg2's would not hold it (BC dates, infinity, numeric's scale, intervals),
-    parsed back by ``from_row``."""
+    parsed back by ``from_row``; ``decimals_as_text``: a decimal(p,s) column too (a reader
+    other than psycopg2: PostgreSQL's own text, not the reader's)."""
     pre = sql.SQL(f"{alias}.") if alias else sql.SQL("")
 
     def read(n: str) -> sql.Composable:
         t = table.column(n).type
         if t == "text:inet":   # its output form, as the log has it (a cast to text keeps '/128')
             return sql.SQL("abbrev({}{})").format(pre, sql.Identifier(n))
-        if t in FROM_TEXT or is_text_carried(t):
+        if t in FROM_TEXT or is_text_carried(t) or (decimals_as_text and DECIMAL_TYPE.match(t)):
             return sql.SQL("{}{}::text").format(pre, sql.Identifier(n))
         return sql.SQL("{}{}").format(pre, sql.Identifier(n))
     return sql.SQL(", ").join(read(n) for n in names)
