@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any, Iterator
-from urllib.parse import quote, urlencode
 
 import pyarrow as pa
 from psycopg2 import sql
@@ -61,14 +60,16 @@ def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Ite
 def _adbc_reader(table: TableSchema, ep, database: str, snapshot: str, query: str, timeout_s: float):
     """A record batch reader of ``query`` in a REPEATABLE READ transaction that imports
     ``snapshot``, in a session whose settings print values as the log has them
-    (values.PG_TEXT_SETTINGS). The password goes in the URI, which is never logged."""
+    (values.PG_TEXT_SETTINGS). The password goes in the connection string, never logged."""
     import adbc_driver_postgresql.dbapi as adbc
 
-    uri = "postgresql://{}{}@{}:{}/{}?{}".format(
-        quote(ep.user, safe=""), ":" + quote(ep.password, safe="") if ep.password else "", ep.host, ep.port,
-        quote(database, safe=""), urlencode({"options": pg_options(), "application_name": "dblog-verify",
-                                             "client_encoding": "UTF8", "connect_timeout": int(timeout_s)}, quote_via=quote))
-    conn = adbc.connect(uri, autocommit=True)
+    settings = {"host": ep.host, "port": ep.port, "user": ep.user, "password": ep.password, "dbname": database,
+                "options": pg_options(), "application_name": "dblog-verify", "client_encoding": "UTF8",
+                "connect_timeout": int(timeout_s)}
+    # libpq's keyword/value form (a host may be an IPv6 address or a socket directory)
+    conninfo = " ".join("{}='{}'".format(k, str(v).replace("\\", "\\\\").replace("'", "\\'"))
+                        for k, v in settings.items() if v not in (None, ""))
+    conn = adbc.connect(conninfo, autocommit=True)
     try:
         cur = conn.cursor()
         cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
