@@ -3,17 +3,17 @@ the demo), and its rows with the applied position of one consistent read (verifi
 engine/verify_run.py). No Spark and no Airflow here."""
 from __future__ import annotations
 
-from decimal import Decimal
-from typing import Any, Iterator
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 from psycopg2 import sql
 
 from ..arrow_values import column_from_text
-from ..logical_types import arrow_type
+from ..logical_types import DECIMAL_TYPE, arrow_type, is_text_carried, postgres_type
 from ..positions import Position
 from ..schema import TableSchema
-from ..values import pg_options
+from ..values import float32, pg_options
 from ..verify_rows import ROWS_PER_BATCH, column, make_batch
 from .pg_tables import FROM_TEXT, POS_COLUMN, read_list, target_table_name
 
@@ -34,31 +34,68 @@ def rows(self, table: TableSchema, with_pos: bool = False) -> list[dict[str, Any
 def read_at(self, table: TableSchema, source: str) -> tuple[Position | None, Iterator[pa.Table]]:
     """The rows (read exactly: pg_tables.read_list, the source side's values, in
     verify_rows' batches) and the applied position, in one REPEATABLE READ snapshot: the
-    rows are the table at that position. The position is read in a transaction that
-    exports its snapshot; the rows stream through ADBC (COPY in PostgreSQL's binary
-    format, straight into Arrow: a psycopg2 fetch of a 4M-row table spent ~20 s making
-    Python objects) in a transaction that imports it."""
+    rows are the table at that position. The rows of a table whose columns are of the types
+    dblog makes (``_as_made``) stream through ADBC (COPY in PostgreSQL's binary format,
+    straight into Arrow: a psycopg2 fetch of a 4M-row table spent ~20 s making Python
+    objects) in a transaction that imports the snapshot the position was read in; another
+    table's (a column retyped by hand: a money or oid column's binary form is not its
+    logical type's) through psycopg2, value by value. The select runs when the rows are
+    read: a comparison that stops before (a change of shape) runs none."""
     conn = self._connect(self.database)
     try:
         conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
         with conn.cursor() as cur:
             pos = self._applied(cur, source, table)
-            present = self._table_exists(cur, target_table_name(table))
-            if not present:
+            name = target_table_name(table)
+            if not self._table_exists(cur, name):
+                conn.close()
                 return pos, iter(())
+            if not _as_made(cur, self.qualified_stage(name), table):
+                return pos, _Rows(lambda: _value_batches(self, conn, table), conn.close)
             cur.execute("SELECT pg_export_snapshot()")
             snapshot = cur.fetchone()[0]
             query = sql.SQL("SELECT {}, {} FROM {}").format(
                 read_list(table, table.column_names, decimals_as_text=True), sql.Identifier(POS_COLUMN),
-                self._tid(target_table_name(table))).as_string(conn)
-        reader = _adbc_reader(table, self.config.endpoint, self.database, snapshot, query, self.connect_timeout)
-    finally:   # (the snapshot is imported: the exporting transaction may end)
+                self._tid(name)).as_string(conn)
+        rows = _adbc_rows(table, self.config.endpoint, self.database, snapshot, query, self.connect_timeout)
+        conn.close()   # (the snapshot is imported: the exporting transaction may end)
+        return pos, rows
+    except BaseException:
         conn.close()
-    return pos, reader
+        raise
 
 
-def _adbc_reader(table: TableSchema, ep, database: str, snapshot: str, query: str, timeout_s: float):
-    """A record batch reader of ``query`` in a REPEATABLE READ transaction that imports
+def _as_made(cur, regclass: str, table: TableSchema) -> bool:
+    """Every column read in its own binary form (not as text: bool, integers, floats, bytea,
+    decimal) has the type dblog makes for its logical type (logical_types.postgres_type)."""
+    cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", (regclass,))
+    actual = dict(cur.fetchall())
+    return all(actual.get(c.name) == postgres_type(c.type) for c in table.columns
+               if c.type not in FROM_TEXT and (not is_text_carried(c.type) or DECIMAL_TYPE.match(c.type)))
+
+
+class _Rows:
+    """verify_rows batches of an open read; ``close`` ends its transaction (which would hold
+    a lock on the table): at the end of the rows, or by the caller that stops before."""
+
+    def __init__(self, batches: Callable[[], Iterator[pa.Table]], close: Callable[[], None]):
+        self._batches, self._close = batches, close
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        try:
+            yield from self._batches()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        close, self._close = self._close, None
+        if close is not None:
+            close()
+
+
+def _adbc_rows(table: TableSchema, ep, database: str, snapshot: str, query: str, timeout_s: float) -> _Rows:
+    """The rows of ``query`` read by ADBC in a REPEATABLE READ transaction that imports
     ``snapshot``, in a session whose settings print values as the log has them
     (values.PG_TEXT_SETTINGS). The password goes in the connection string, never logged."""
     import adbc_driver_postgresql.dbapi as adbc
@@ -74,44 +111,30 @@ def _adbc_reader(table: TableSchema, ep, database: str, snapshot: str, query: st
         cur = conn.cursor()
         cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         cur.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")   # (pg_export_snapshot's own id)
-        return _Reader(table, conn, cur, query)
     except BaseException:
         conn.close()
         raise
 
-
-class _Reader:
-    """The table's rows as verify_rows batches (each column its logical type's Arrow form),
-    streamed from an ADBC cursor; ``close`` ends its transaction (which would hold a lock on
-    the table): at the end of the rows, or by the caller that stops before (verify_run)."""
-
-    def __init__(self, table: TableSchema, conn, cur, query: str):
-        self.table, self.conn, self.cur, self.query = table, conn, cur, query
-
-    def __iter__(self) -> Iterator[pa.Table]:
-        types = [c.type for c in self.table.columns]
-        buf, held = [], 0
-        try:   # (the select runs when read: a comparison that stops before, at a change of shape, runs none)
-            self.cur.execute(self.query)
-            for batch in self.cur.fetch_record_batch():
-                buf.append(batch)
-                held += batch.num_rows
-                if held >= ROWS_PER_BATCH:
-                    yield _batch(self.table, types, pa.Table.from_batches(buf))
-                    buf, held = [], 0
-            if buf:
-                yield _batch(self.table, types, pa.Table.from_batches(buf))
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self.conn is None:
-            return
-        conn, self.conn = self.conn, None
+    def close() -> None:
         try:
-            self.cur.close()
+            cur.close()
         finally:
             conn.close()
+    return _Rows(lambda: _adbc_batches(table, cur, query), close)
+
+
+def _adbc_batches(table: TableSchema, cur, query: str) -> Iterator[pa.Table]:
+    types = [c.type for c in table.columns]
+    cur.execute(query)
+    buf, held = [], 0
+    for batch in cur.fetch_record_batch():
+        buf.append(batch)
+        held += batch.num_rows
+        if held >= ROWS_PER_BATCH:
+            yield _batch(table, types, pa.Table.from_batches(buf))
+            buf, held = [], 0
+    if buf:
+        yield _batch(table, types, pa.Table.from_batches(buf))
 
 
 def _batch(table: TableSchema, types: list[str], data: pa.Table) -> pa.Table:
@@ -121,11 +144,11 @@ def _batch(table: TableSchema, types: list[str], data: pa.Table) -> pa.Table:
 
 def _column(logical: str, arr: pa.Array) -> tuple[pa.Array, list[int]]:
     """One column as read by ADBC (read_list's select: text where Python or Arrow would not
-    hold the value exactly, else the column's own type) in its logical type's Arrow form:
-    dates and timestamps through the vectorized text parser (column_from_text, held equal to
-    the per-value parsers by a property test); a type Arrow already holds as the logical type
-    does as it is (integers narrowed only when every value fits); anything else through its
-    Python values (verify_rows.column: a value the type cannot hold marks its row)."""
+    hold the value exactly, else the column's own type, the one dblog makes) in its logical
+    type's Arrow form: dates and timestamps through the vectorized text parser
+    (column_from_text, held equal to the per-value parsers by a property test); integers
+    narrowed only when every value fits; decimals from PostgreSQL's own text (numeric NaN:
+    a value the type cannot hold marks its row, verify_rows.column)."""
     if logical in FROM_TEXT:
         out, errors = column_from_text(logical, "postgres", arr.cast(pa.string()))
         return out, sorted(errors)
@@ -133,11 +156,51 @@ def _column(logical: str, arr: pa.Array) -> tuple[pa.Array, list[int]]:
     if arr.type == want:
         return arr, []
     numbers = pa.types.is_integer(arr.type) and pa.types.is_integer(want)
-    decimals = pa.types.is_decimal(want) and pa.types.is_string(arr.type)   # (PostgreSQL's own text)
+    decimals = pa.types.is_decimal(want) and pa.types.is_string(arr.type)
     if numbers or decimals:
         try:
             return arr.cast(want), []   # (a safe cast: a value out of range, or past the scale, raises)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass
     values = arr.to_pylist()
-    return column(logical, [Decimal(v) if v is not None else None for v in values] if decimals else values)
+    return column(logical, [_decimal(v) for v in values] if decimals else values)
+
+
+def _decimal(text: str | None):
+    try:
+        return None if text is None else Decimal(text)
+    except InvalidOperation:
+        return text   # (not a number: verify_rows.column marks its row)
+
+
+def _value_batches(self, conn, table: TableSchema) -> Iterator[pa.Table]:
+    """The rows through psycopg2 and from_row's per-value parsers, in the transaction of ``conn``."""
+    types = [c.type for c in table.columns]
+    with conn.cursor(name="dblog_verify") as cur:   # the same transaction: the same snapshot
+        cur.itersize = ROWS_PER_BATCH
+        cur.execute(sql.SQL("SELECT {}, {} FROM {}").format(read_list(table, table.column_names),
+                                                           sql.Identifier(POS_COLUMN),
+                                                           self._tid(target_table_name(table))))
+        while rows := cur.fetchmany(ROWS_PER_BATCH):
+            cols = list(zip(*rows))
+            yield make_batch(table, [_value_column(t, v) for t, v in zip(types, cols)], list(cols[-1]))
+
+
+def _value_column(logical: str, values: tuple) -> tuple[pa.Array, list[int]]:
+    """One column of a psycopg2 read, as from_row reads each value, column at a time."""
+    if logical in FROM_TEXT:
+        arr, errors = column_from_text(logical, "postgres", pa.array(values, pa.string()))
+        return arr, sorted(errors)
+    if logical == "float32":   # psycopg2 reads real's shortest text; a wider value marks its row
+        kept, bad = [], []
+        for i, v in enumerate(values):
+            try:
+                kept.append(None if v is None else float32(v))
+            except (ValueError, TypeError):
+                kept.append(None)
+                bad.append(i)
+        arr, more = column(logical, kept)
+        return arr, sorted(bad + more)
+    if pa.types.is_binary(arrow_type(logical)):
+        return column(logical, [bytes(v) if isinstance(v, memoryview) else v for v in values])
+    return column(logical, list(values))
