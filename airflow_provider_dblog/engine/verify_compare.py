@@ -20,8 +20,8 @@ Values compare in the exact form of ``values.comparable`` (the fidelity tests' f
 column at a time in Arrow: both sides hold each column as its logical type's Arrow array
 (verify_rows.py), the target's rows are matched to the source's by key (``pc.index_in``: a
 single integer key as integers, another as key strings), and each column is compared over
-all matched rows at once (floats by their bits' meaning: NaN equals NaN, -0.0 is not 0.0). A count goes with every result
-(``compared``), and a key the target holds twice is extra. No Spark and no Airflow here.
+all matched rows at once (floats by their bits' meaning: NaN equals NaN, -0.0 is not 0.0).
+A count goes with every result (``compared``), and a key the target holds twice is extra. No Spark and no Airflow here.
 """
 from __future__ import annotations
 
@@ -118,10 +118,10 @@ def _target_match(table: TableSchema, tgt: pa.Table) -> pa.Array:
     return cols[0].cast(pa.int64()) if _int_key(table) else value_keys(table.key_array(cols), table.key_types)
 
 
-def _shown(table: TableSchema, tgt: pa.Table, rows) -> list[str]:
-    """The key strings of the target's ``rows`` (a mask or indices), only for those shown."""
-    rows = rows if not isinstance(rows, (pa.Array, pa.ChunkedArray)) or not pa.types.is_boolean(rows.type) \
-        else pa.array(np.flatnonzero(rows.to_numpy(zero_copy_only=False))[:SHOWN], pa.int64())
+def _shown(table: TableSchema, tgt: pa.Table, rows: pa.Array) -> list[str]:
+    """The key strings of the target's ``rows`` (a mask, or indices), only for those shown."""
+    if pa.types.is_boolean(rows.type):
+        rows = pa.array(np.flatnonzero(rows.to_numpy(zero_copy_only=False))[:SHOWN], pa.int64())
     cols = [tgt.column(table.column_names.index(k)).combine_chunks().take(rows) for k in table.key]
     return table.key_array(cols).to_pylist() if len(rows) else []
 
@@ -143,10 +143,11 @@ def _count(mask) -> int:
     return int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0) if len(mask) else 0
 
 
-def _source_side(table: TableSchema, chunks) -> tuple[pa.Table, pa.Table]:
+def _source_side(table: TableSchema, chunks) -> tuple[pa.Table, pa.Table, pa.Array]:
     """The chunks' rows (the table's columns, then their key strings and their chunk's LW, read
     by position: a source column may be named as ours; a key read twice keeps its last row)
-    and the requested keys the source lacks (``KEY``, ``LW``: a key-list chunk's delete events)."""
+    and the requested keys the source lacks (``KEY``, ``LW``: a key-list chunk's delete events),
+    and the rows' keys in ``_match``'s form."""
     rows, gone = [], []
     for lw, _, events in chunks:
         live = events.filter(pc.not_equal(events["op"], DELETE))
