@@ -131,6 +131,7 @@ class _ApplyCrash:
         self.dir: Path | None = None
         self.before: set[str] = set()
         self.t0 = self.t_scope = time.monotonic()
+        self.dying = threading.Lock()
 
     def files(self) -> set[str]:
         if self.dir is None or not self.dir.is_dir():
@@ -138,6 +139,9 @@ class _ApplyCrash:
         return {str(p.relative_to(self.dir)) for p in self.dir.rglob("*") if p.is_file()}
 
     def die_here(self, **more) -> None:
+        # the random killer thread and the run's end can both get here: one writes the marker and
+        # dies, the other waits for that (two writes at once left the marker holding both, mixed)
+        self.dying.acquire()
         try:   # (a file renamed away while listed must not keep it alive)
             in_scope = round(time.monotonic() - self.t_scope, 4)
             self.marker.write_text(json.dumps({"point": self.at, "scope": self.scope, "phase": self.phase,

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import sqlite_metadata
 from .servers import default_base
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,7 +26,8 @@ def airflow_env(config_path: str, home: Path) -> dict[str, str]:
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": sqlite_metadata.url(home / "airflow.db"),
+        **sqlite_metadata.settings(),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # local development only
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "DBLOG_CONFIG": str(Path(config_path).resolve()),
@@ -42,6 +44,7 @@ def airflow_bin() -> str:
 
 def migrate(env: dict[str, str]) -> None:
     subprocess.run([airflow_bin(), "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
+    sqlite_metadata.use_wal(Path(env["AIRFLOW_HOME"]) / "airflow.db")
 
 
 class LocalAirflow:

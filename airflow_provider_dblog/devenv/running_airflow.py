@@ -24,6 +24,8 @@ from pathlib import Path
 
 import psutil
 
+from . import sqlite_metadata
+
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 USER, ROLE = "dblog", "admin"
 
@@ -58,6 +60,7 @@ def airflow_env(home: Path, dags: Path, port: int, metadata_url: str, password_f
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url,
+        **sqlite_metadata.settings(),
         # the api-server serves the UI, the REST API and the tasks' execution API
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__API__HOST": "127.0.0.1",
@@ -102,8 +105,7 @@ class RunningAirflow:
         self.password = secrets.token_urlsafe(12)
         password_file = home / "passwords.json"
         password_file.write_text(json.dumps({USER: self.password}))
-        self.env = airflow_env(home, dags, self.port,
-                               f"sqlite:///{home}/airflow.db",
+        self.env = airflow_env(home, dags, self.port, sqlite_metadata.url(home / "airflow.db"),
                                password_file) | (extra_env or {})
         self.procs: dict[str, subprocess.Popen] = {}
         self.api = AirflowAPI(self.url, USER, self.password, self.logs)
@@ -115,6 +117,7 @@ class RunningAirflow:
         migrate = subprocess.run(self.airflow("db", "migrate"), env=self.env, capture_output=True,
                                  text=True, timeout=600)
         assert migrate.returncode == 0, migrate.stderr[-3000:]
+        sqlite_metadata.use_wal(self.home / "airflow.db")
         for name in COMPONENTS:
             args = ("api-server", "--port", str(self.port), "--workers", "1") if name == "api-server" else (name,)
             log = open(self.home / f"{name}.log", "w")
@@ -220,9 +223,13 @@ class AirflowAPI:
                                   **kw)
         return r
 
+    def _why(self, response) -> str:
+        """For an assertion message: a server error hides its cause; the components' logs say it."""
+        return self.server_logs() if response.status_code >= 500 else ""
+
     def get(self, path: str, **params) -> dict:
         r = self.request("GET", path, params=params)
-        assert r.status_code == 200, (path, r.status_code, r.text)
+        assert r.status_code == 200, (path, r.status_code, r.text, self._why(r))
         return r.json()
 
     # -- DAGs and runs ---------------------------------------------------------------
@@ -238,7 +245,7 @@ class AirflowAPI:
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.wait_parsed(dag_id)
         r = self.request("PATCH", f"/dags/{dag_id}", json={"is_paused": paused})
-        assert r.status_code == 200, (r.status_code, r.text)
+        assert r.status_code == 200, (r.status_code, r.text, self._why(r))
 
     def trigger_response(self, dag_id: str, conf: dict | None = None):
         """POST a new run (the Trigger form's submit); the raw response."""
@@ -248,7 +255,7 @@ class AirflowAPI:
         """Unpause the DAG (a paused DAG's runs stay queued) and trigger a run; its run id."""
         self.set_paused(dag_id, False)
         r = self.trigger_response(dag_id, conf)
-        assert r.status_code == 200, (r.status_code, r.text)
+        assert r.status_code == 200, (r.status_code, r.text, self._why(r))
         return r.json()["dag_run_id"]
 
     def runs(self, dag_id: str, **params) -> list[dict]:

@@ -65,11 +65,12 @@ class TableReport:
     ahead: int = 0           # target rows written past ``at`` (a lake batch between its two commits): read again
     incomplete: str = ""     # why no verdict: every key left out (a change of shape meanwhile)
     attempts: int = 1        # verifications of the table run for this result (verify_run: after a change of shape)
+    error: str = ""          # why no verdict: the table's own comparison failed (held, quarantined, a read error)
     keys: dict = field(default_factory=lambda: {"missing": [], "extra": [], "different": []})
 
     @property
     def equal(self) -> bool:
-        return not (self.incomplete or self.missing or self.extra or self.different)
+        return not (self.incomplete or self.error or self.missing or self.extra or self.different)
 
     def differing_keys(self) -> list[list]:
         return self.keys["missing"] + self.keys["extra"] + [d["key"] for d in self.keys["different"]]
@@ -79,8 +80,8 @@ class TableReport:
 
     def describe(self) -> str:
         head = f"{self.table} on {self.target} at {self.at}: "
-        if self.incomplete:
-            return head + f"not verified: {self.incomplete}"
+        if self.incomplete or self.error:
+            return head + f"not verified: {self.incomplete or self.error}"
         if self.equal:
             return head + f"equal ({self.compared} rows compared, {self.skipped} changing keys left out)"
         return head + (f"{self.missing} missing {self.keys['missing'][:5]}, {self.extra} extra "

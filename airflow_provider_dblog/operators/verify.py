@@ -100,7 +100,7 @@ class DBLogVerifyOperator(DBLogSparkSubmitOperator):
         counts = {t: {k: r[k] for k in (*COUNTS, "equal", "at")} for t, r in result["tables"].items()}
         for t, r in result["tables"].items():
             self.log.info("%s on %s at %s: %s", t, tcfg.name, r["at"], "equal" if r["equal"] else
-                          f"not verified: {r['incomplete']}" if r["incomplete"] else
+                          f"not verified: {r['incomplete'] or r['error']}" if r["incomplete"] or r["error"] else
                           f"{r['missing']} missing {r['keys']['missing'][:20]}, {r['extra']} extra "
                           f"{r['keys']['extra'][:20]}, {r['different']} different {r['keys']['different'][:20]}")
             self.log.info("%s: %d compared, %d changing keys left out", t, r["compared"], r["skipped"])
@@ -126,12 +126,13 @@ def raise_if_differs(result: dict) -> None:
         return
     repaired = {t for t, fix in (result.get("repair") or {}).items() if fix["equal"]}
     differing = {t: {k: r[k] for k in ("missing", "extra", "different")} for t, r in result["tables"].items()
-                 if not r["equal"] and not r["incomplete"] and t not in repaired}
+                 if not r["equal"] and not r["incomplete"] and not r["error"] and t not in repaired}
     unverified = [t for t, r in result["tables"].items() if r["incomplete"]]
-    raise DBLogVerificationFailed(
+    failed = {t: r["error"] for t, r in result["tables"].items() if r["error"]}
+    raise DBLogVerificationFailed("; ".join(filter(None, (
         (f"target {result['target']} differs from its source in "
          f"{', '.join(f'{t} {c}' for t, c in differing.items())} (verification {result['request']}: the keys are "
-         "in the verify task's log; repair=true repairs them)" if differing else "") +
-        ("; " if differing and unverified else "") +
+         "in the verify task's log; repair=true repairs them)" if differing else ""),
         (f"{', '.join(unverified)} could not be verified on target {result['target']}: each changed shape during "
-         f"every attempt (verification {result['request']}); verify again" if unverified else ""))
+         f"every attempt (verification {result['request']}); verify again" if unverified else ""),
+        *(f"{t} could not be verified on target {result['target']}: {why}" for t, why in failed.items())))))
