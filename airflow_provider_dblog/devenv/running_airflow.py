@@ -142,7 +142,7 @@ class RunningAirflow:
         return all((health.get(part) or {}).get("status") == "healthy"
                    for part in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
 
-    def stop(self, grace: float = 20) -> None:
+    def stop(self, grace: float = 10) -> None:
         """End the components one by one, the api-server last (the scheduler's task processes
         report their end through it): SIGTERM to the component's process group and to every
         process it started (LocalExecutor workers, task supervisors, spark-submit), SIGKILL to

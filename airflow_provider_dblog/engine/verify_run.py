@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 VERIFIED = "verified"   # Redis hash: "<table>|<target>" -> the last verification's summary
 RESHAPED_ATTEMPTS = 3   # verifications of a table that keeps changing shape meanwhile before "not verified"
 SHOWN_IN_STATUS = 20
+POLL_FIRST_S, POLL_MAX_S = 0.05, 2.0   # the wait for the target's apply to pass the HW: polls growing 1.5x
 
 
 def run_verify(config: Config, target_name: str, spec: DumpSpec, *, repair: bool = False, via: str = "local",
@@ -188,7 +189,7 @@ def _read_past(parts: Wiring, target, schema: TableSchema, need: Position, deadl
     """The target's rows and applied position once it is at or past ``need``; a table
     quarantined or held on it fails at once, saying why (it would not get there)."""
     from .apply_plan import held_tables
-    checked = 0.0
+    checked, pause = 0.0, POLL_FIRST_S
     while True:
         at = target.applied_pos(parts.name, schema)
         if at is not None and at >= need:   # then the rows and the position of one read
@@ -211,7 +212,8 @@ def _read_past(parts: Wiring, target, schema: TableSchema, need: Position, deadl
             raise VerificationError(
                 f"{schema.qualified}: target {target.config.name} has applied up to {at} and the verification "
                 f"needs {need} (its last chunk's HW) after {wait_s:.0f} s: is its apply running?")
-        time.sleep(0.5)
+        time.sleep(pause)   # an apply running beside it passes the HW soon; one run by a schedule, later
+        pause = min(pause * 1.5, POLL_MAX_S)
 
 
 def _repair(config: Config, parts: Wiring, target: str, table: str, report: TableReport, wait_s: float) -> dict:

@@ -17,7 +17,7 @@ from helpers import wait_until
 
 # the dead tail's lease lives this long after its last renewal (renewed every LEASE_S / 3):
 # two `dblog tail` start-ups fit well inside what is left of it
-LEASE_S = 30
+LEASE_S = 20
 
 
 def dblog_tail(cdc, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -232,12 +232,12 @@ def test_key_chains_and_reinserts_verify_equal(src_db, make_cdc):
             ("UPDATE t SET v = 5 WHERE id = 5", ())]
     table = f"{cdc.db}.t"
     with Background(cdc, ops) as bg:
-        for chunk in (1, 1000):
-            r = _report(cdc, table, chunk_size=chunk)
-            assert r["equal"] and r["skipped"], (chunk, r)
-        r = _report(cdc, table, scope="keys", keys=[[k] for k in range(8, 24)], chunk_size=2)
-        assert r["equal"], r
-        assert bg.writes > 0
+        reports = [_report(cdc, table, chunk_size=chunk) for chunk in (1, 1000)]
+        reports.append(_report(cdc, table, scope="keys", keys=[[k] for k in range(8, 24)], chunk_size=2))
+        assert all(r["equal"] for r in reports), reports
+        # the chains ran during the verifications (keys changed in a window are left out); not in
+        # every one: a short window may fall between two of the writer's statements
+        assert sum(r["skipped"] for r in reports) and bg.writes > 0, reports
 
 
 # -- shape changes, a second dump, tables and keys that are not there ---------------------------
