@@ -54,6 +54,8 @@ from .windows import Window
 from .store import EventStore
 from .sweep import orphan_sweep
 
+SHAPE_REDOS = 5   # a chunk selected again at once after its table changed shape, in a row
+
 log = logging.getLogger(__name__)
 
 
@@ -154,7 +156,7 @@ class DumpRunner:
         self.retrying = True
         try:
             while max_chunks is None or done < max_chunks:
-                if not retry.run(lambda: self._one_chunk(rid), what):
+                if not retry.run(lambda: self._one_chunk_in_its_shape(rid), what):
                     break
                 done += 1
             else:  # --max-chunks reached
@@ -176,6 +178,18 @@ class DumpRunner:
         finally:
             self.retrying = False
         return self._summary(rid, spec, time.monotonic() - started, retry.retries)
+
+    def _one_chunk_in_its_shape(self, rid: str) -> bool:
+        """``_one_chunk``; a chunk whose table changed shape under it is selected again at once in
+        the new shape (an expected redo, not an outage: no pause; ``chunks_redone``), up to
+        SHAPE_REDOS times in a row; past that the retrier pauses (a table that never holds still)."""
+        for _ in range(SHAPE_REDOS):
+            try:
+                return self._one_chunk(rid)
+            except ChunkShapeChangedError as e:
+                count_retry(self.state, "chunks_redone")
+                log.info("dump request %s: %s", rid, e)
+        return self._one_chunk(rid)
 
     def _one_chunk(self, rid: str) -> bool:
         """Steps 1-5 for the request's next chunk; False when none is left."""
