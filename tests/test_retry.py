@@ -162,3 +162,32 @@ def test_retry_for_s_defaults_and_settings():
     assert (cfg.apply.retry_for_s, cfg.dump.retry_for_s, cfg.tail.retry_for_s) == (300, 300, 300)
     cfg = parse_config(raw | {"apply": {"retry_for_s": 2.5}, "dump": {"retry_for_s": 60}}, env={})
     assert (cfg.apply.retry_for_s, cfg.dump.retry_for_s) == (2.5, 60)
+
+
+@pytest.mark.parametrize("changes", [0, 1, 5, 6])
+def test_a_chunk_whose_table_changed_shape_is_redone_at_once_then_left_to_the_backoff(changes):
+    """DumpRunner: a chunk is selected again at once after each change of its table's shape (no
+    pause, counted in chunks_redone), SHAPE_REDOS times in a row; one more goes to the retrier."""
+    from types import SimpleNamespace
+
+    from airflow_provider_dblog.engine import dump
+    from airflow_provider_dblog.engine.errors import ChunkShapeChangedError
+    assert dump.SHAPE_REDOS == 5
+    counted = []
+
+    class Runner:
+        state = SimpleNamespace(incr=counted.append)
+        left = changes
+
+        def _one_chunk(self, rid):
+            if self.left:
+                self.left -= 1
+                raise ChunkShapeChangedError(f"{rid}: t changed shape")
+            return True
+    if changes <= dump.SHAPE_REDOS:
+        assert dump.DumpRunner._one_chunk_in_its_shape(Runner(), "r1") is True
+        assert counted == ["chunks_redone"] * changes
+    else:
+        with pytest.raises(ChunkShapeChangedError):
+            dump.DumpRunner._one_chunk_in_its_shape(Runner(), "r1")
+        assert counted == ["chunks_redone"] * dump.SHAPE_REDOS
