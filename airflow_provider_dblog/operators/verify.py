@@ -128,11 +128,14 @@ def raise_if_differs(result: dict) -> None:
     differing = {t: {k: r[k] for k in ("missing", "extra", "different")} for t, r in result["tables"].items()
                  if not r["equal"] and not r["incomplete"] and not r["error"] and t not in repaired}
     unverified = [t for t, r in result["tables"].items() if r["incomplete"]]
-    failed = {t: r["error"] for t, r in result["tables"].items() if r["error"]}
-    raise DBLogVerificationFailed("; ".join(filter(None, (
-        (f"target {result['target']} differs from its source in "
-         f"{', '.join(f'{t} {c}' for t, c in differing.items())} (verification {result['request']}: the keys are "
-         "in the verify task's log; repair=true repairs them)" if differing else ""),
-        (f"{', '.join(unverified)} could not be verified on target {result['target']}: each changed shape during "
-         f"every attempt (verification {result['request']}); verify again" if unverified else ""),
-        *(f"{t} could not be verified on target {result['target']}: {why}" for t, why in failed.items())))))
+    tgt, rid = result["target"], result["request"]
+    parts = []
+    if differing:
+        parts.append(f"target {tgt} differs from its source in {', '.join(f'{t} {c}' for t, c in differing.items())} "
+                     f"(verification {rid}: the keys are in the verify task's log; repair=true repairs them)")
+    if unverified:
+        parts.append(f"{', '.join(unverified)} could not be verified on target {tgt}: each changed shape during "
+                     f"every attempt (verification {rid}); verify again")
+    parts += [f"{t} could not be verified on target {tgt}: {r['error']}"
+              for t, r in result["tables"].items() if r["error"]]
+    raise DBLogVerificationFailed("; ".join(parts))
