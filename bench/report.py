@@ -26,6 +26,12 @@ def _met(r, goal, higher_is_better):
 
 def table(res: dict) -> str:
     rows = []
+    if h := res.get("host"):
+        q, by = h["by_busy_processes"]["0"], h["by_busy_processes"]
+        for n in [k for k in by if k != "0"]:
+            rows.append((f"0. host: write latency p99 s with {n} busy process(es) at nice {h['nice']} vs none",
+                         by[n]["p99"], q["p99"], h["ratio_p99"][n], "(context)", ""))
+            rows.append(("   p50 s", by[n]["p50"], q["p50"], h["ratio_p50"][n], "(context)", ""))
     if d := res.get("dump"):
         rows.append(("1. dump rows/s (incl. spark-submit)", d["ours"]["rows_per_s"], d["baseline"]["rows_per_s"],
                      d["ratio"], f">= {d['goal']}", _met(d["ratio"], d["goal"], True)))

@@ -9,10 +9,10 @@ import time
 import uuid
 from pathlib import Path
 
-from . import dags, phases, report, verify
+from . import dags, host, phases, report, verify
 from .sources import open_bench_source
 
-PHASES = ("dump", "tail", "lag", "fresh", "dags", "verify")
+PHASES = ("host", "dump", "tail", "lag", "fresh", "dags", "verify")
 ALIASES = {"impact": "lag", "stall": "lag", "freshness": "fresh", "airflow": "dags"}
 
 
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
             if name in a.phases:
                 t0 = time.monotonic()
                 log.info("phase %s", name)
-                res[name] = {"dags": dags.dags, "verify": verify.verify}.get(name, getattr(phases, name, None))(a, src, work)
+                res[name] = {"dags": dags.dags, "verify": verify.verify, "host": host.host}.get(name, getattr(phases, name, None))(a, src, work)
                 res[name]["phase_seconds"] = round(time.monotonic() - t0, 1)
     finally:
         src.teardown()
