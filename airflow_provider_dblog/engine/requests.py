@@ -126,8 +126,8 @@ def validate_spec(source: Source, spec: DumpSpec, defaults: DumpConfig) -> DumpS
     """Every field checked against the config and the table's key; errors say what is wrong."""
     if spec.scope not in SCOPES:
         raise ConfigError(f"scope must be one of {SCOPES}, not {spec.scope!r}")
-    if spec.scope == "all":
-        tables = list(source.tables)
+    if spec.scope == "all":   # every configured table, or those of them given (a verification's remaining)
+        tables = [source.config.table(t) for t in spec.tables] if spec.tables else list(source.tables)
     else:
         if len(spec.tables) != 1:
             raise ConfigError(f"scope {spec.scope!r} takes exactly one table, got {spec.tables!r}")

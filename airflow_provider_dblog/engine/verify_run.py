@@ -19,16 +19,18 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import replace
 from typing import Callable
 
 from .config import Config
-from .errors import TargetShapeError, VerificationError
+from .errors import NoPrimaryKeyError, TargetShapeError, UnknownTableError, VerificationError
 from .local_chunks import LocalChunkReader
 from .positions import Position
 from .quarantine import quarantined
 from .requests import DumpSpec, validate_spec
 from .schema import TableSchema
-from .targets import open_target
+from .schema_evolution import IGNORE
+from .targets import name_clashes, open_target
 from .verify_compare import TableReport, compare_table, key_strings, last_changes
 from .wiring import Wiring
 
@@ -53,12 +55,16 @@ def run_verify(config: Config, target_name: str, spec: DumpSpec, *, repair: bool
         for t in [t for t, rep in out["reports"].items() if rep.incomplete]:
             log.info("verification %s: %s changed shape meanwhile: verified again", out["request"], t)
             one = spec if spec.scope != "all" else DumpSpec("table", [t], [], spec.chunk_size, spec.parallelism)
-            rep = _verify(config, parts, tcfg.name, one, via, wait_s, run_spark)["reports"][t]
+            try:
+                rep = _verify(config, parts, tcfg.name, one, via, wait_s, run_spark)["reports"][t]
+            except VerificationError as e:   # held for good by the change meanwhile: this table's report
+                rep = TableReport(t, tcfg.name, error=str(e))
+                _record(parts.state, rep, out["request"])
             rep.attempts = attempt
             out["reports"][t] = rep
     out["equal"] = all(rep.equal for rep in out["reports"].values())
     if repair and not out["equal"]:
-        out["repair"] = {t: _repair(config, parts, tcfg.name, t, rep, wait_s)
+        out["repair"] = {t: _repair_or_why(config, parts, tcfg.name, t, rep, wait_s, out["request"])
                          for t, rep in out["reports"].items() if rep.differing_keys()}
         out["repaired"] = (all(r["equal"] for r in out["repair"].values())
                            and not any(rep.incomplete or rep.error for rep in out["reports"].values()))
@@ -70,10 +76,19 @@ def _verify(config: Config, parts: Wiring, target: str, spec: DumpSpec, via: str
             run_spark: Callable[[str], dict] | None) -> dict:
     state, store = parts.state, parts.store
     with parts.opened_source() as source:
-        spec = validate_spec(source, DumpSpec(spec.scope, spec.tables, spec.keys, spec.chunk_size, spec.parallelism,
+        tables = spec.tables
+        if spec.scope == "all":   # a table gone or keyless at the source is its own report, not the run's end
+            tables = list(source.tables)
+            held = _unreadable_at_source(source, tables)
+            tables = [t for t in tables if t not in held]
+            if not tables:
+                raise VerificationError("; ".join(held.values()))
+        else:
+            held = {}
+        spec = validate_spec(source, DumpSpec(spec.scope, tables, spec.keys, spec.chunk_size, spec.parallelism,
                                               spec.where, verify=target), config.dump)
-        held = _held_for_good(config, source, target, spec.tables)
-        if len(held) == len(spec.tables):
+        held |= _held_for_good(config, source, target, spec.tables)
+        if all(t in held for t in spec.tables):
             raise VerificationError("; ".join(held.values()))
         spec = DumpSpec(spec.scope, [t for t in spec.tables if t not in held], spec.keys, spec.chunk_size,
                         spec.parallelism, spec.where, verify=target)
@@ -84,11 +99,12 @@ def _verify(config: Config, parts: Wiring, target: str, spec: DumpSpec, via: str
                 parts.runner(LocalChunkReader(source), source=source).run(rid)
             else:
                 run_spark(rid)
-            schemas = {t: source.table_schema(t) for t in spec.tables}
+            gone = _unreadable_at_source(source, spec.tables)   # dropped, renamed, keyless since the chunks
+            schemas = {t: source.table_schema(t) for t in spec.tables if t not in gone}
         except BaseException:
             store.remove_verified(rid)
             raise
-    reports = {t: TableReport(t, target, error=why) for t, why in held.items()}
+    reports = {t: TableReport(t, target, error=why) for t, why in (held | gone).items()}
     for report in reports.values():
         _record(state, report, rid)
     try:
@@ -109,11 +125,26 @@ def _verify(config: Config, parts: Wiring, target: str, spec: DumpSpec, via: str
     return {"request": rid, "target": target, "equal": all(r.equal for r in reports.values()), "reports": reports}
 
 
+def _unreadable_at_source(source, tables: list[str]) -> dict[str, str]:
+    """The tables the source cannot give a schema with a key for (dropped, renamed, keyless): why, per table."""
+    why = {}
+    for t in tables:
+        try:
+            source.table_schema(t)
+        except (UnknownTableError, NoPrimaryKeyError) as e:
+            why[t] = f"{t} cannot be verified: {e}"
+    return why
+
+
 def _held_for_good(config: Config, source, target: str, tables: list[str]) -> dict[str, str]:
-    """The tables of a shape the target cannot hold (its apply holds them): why, per table."""
-    held = {}
-    with open_target(config.target(target)) as tgt:
-        for t in tables:
+    """The tables the target's apply holds whatever comes (a shape it cannot hold, a target
+    name another table has too): why, per table. Their verification would wait for nothing."""
+    tcfg = config.target(target)
+    clashes = name_clashes(source.tables, getattr(tcfg, "changelog", False), target)
+    held = {t: f"{t} is held on target {target} for good: {clashes[t]['held']['error']}"
+            for t in tables if t in clashes}
+    with open_target(tcfg) as tgt:
+        for t in [t for t in tables if t not in held]:
             try:
                 tgt.check_table(source.table_schema(t))
             except TargetShapeError as e:
@@ -138,6 +169,7 @@ def _compare(parts: Wiring, target, rid: str, schema: TableSchema, scope: set[st
         finally:
             _close(rows)
         if not report.ahead:
+            report.not_carried = [c.name for c in schema.columns if c not in _carried(parts, target, schema).columns]
             return report
         if time.monotonic() > deadline:   # (a lake batch ending at a change of shape commits twice)
             raise VerificationError(f"{schema.qualified}: target {target.config.name} kept rows past its applied "
@@ -161,7 +193,22 @@ def _compare_at(parts: Wiring, target, schema: TableSchema, chunks, floor: Posit
     # change: the rows read may be the table just below that change, so keys changed up to it are out
     upto = min((p for p, _ in parts.store.schema_versions(schema.qualified) if p > at), default=at)
     changes = last_changes(schema, parts.store.read_range(schema, floor, upto))
-    return compare_table(schema, target.config.name, chunks, rows, at, changes, floor, scope, upto)
+    return compare_table(_carried(parts, target, schema), target.config.name, chunks, rows, at, changes, floor,
+                         scope, upto)
+
+
+def _carried(parts: Wiring, target, schema: TableSchema) -> TableSchema:
+    """The shape the target holds of the table: the source's, less the columns a table whose
+    schema changes are ``ignore``d never carried (added, or renamed to, after its first
+    apply). A column missing from any other table's target is an error, not a verdict."""
+    have = set(target.columns(schema))
+    missing = [c.name for c in schema.columns if c.name not in have]
+    if not missing or not have:
+        return schema
+    if parts.source_config.schema_changes_for(schema.qualified) != IGNORE:
+        raise VerificationError(f"{schema.qualified}: target {target.config.name} lacks column(s) "
+                                f"{', '.join(missing)} of the source (changed by hand?): not verified")
+    return replace(schema, columns=tuple(c for c in schema.columns if c.name in have))
 
 
 def _close(rows) -> None:
@@ -193,7 +240,7 @@ def _read_past(parts: Wiring, target, schema: TableSchema, need: Position, deadl
     while True:
         at = target.applied_pos(parts.name, schema)
         if at is not None and at >= need:   # then the rows and the position of one read
-            at, rows = target.read_at(schema, parts.name)
+            at, rows = target.read_at(_carried(parts, target, schema), parts.name)
             if at is not None and at >= need:
                 return at, rows
             _close(rows)
@@ -216,6 +263,19 @@ def _read_past(parts: Wiring, target, schema: TableSchema, need: Position, deadl
         pause = min(pause * 1.5, POLL_MAX_S)
 
 
+def _repair_or_why(config: Config, parts: Wiring, target: str, table: str, report: TableReport,
+                   wait_s: float, rid: str) -> dict:
+    """``_repair``, or why it failed: one table's repair that cannot be made (its dump or
+    apply fails) is that table's result, and the other tables are still repaired."""
+    try:
+        return _repair(config, parts, target, table, report, wait_s)
+    except Exception as e:   # noqa: BLE001 - reported with the table, the run goes on
+        log.exception("repair of %s on target %s failed", table, target)
+        why = f"{type(e).__name__}: {e}"
+        _record(parts.state, report, rid, repair_error=why)
+        return {"keys": len(report.differing_keys()), "equal": False, "error": why}
+
+
 def _repair(config: Config, parts: Wiring, target: str, table: str, report: TableReport, wait_s: float) -> dict:
     """A key-list dump of the keys that differ, its apply to the target, and those keys verified again."""
     from .apply import run_apply
@@ -234,9 +294,11 @@ def _repair(config: Config, parts: Wiring, target: str, table: str, report: Tabl
             "verify": again["request"], "equal": rep.equal, "report": rep.to_dict()}
 
 
-def _record(state, report: TableReport, rid: str, repaired_by: str | None = None) -> None:
+def _record(state, report: TableReport, rid: str, repaired_by: str | None = None,
+            repair_error: str | None = None) -> None:
     summary = {k: v for k, v in report.to_dict().items() if k != "keys"} | {
         "request": rid, "when": time.time(), "repaired_by": repaired_by,
+        **({"repair_error": repair_error} if repair_error else {}),
         "keys": {kind: keys[:SHOWN_IN_STATUS] for kind, keys in report.keys.items()}}
     state.r.hset(state.k(VERIFIED), f"{report.table}|{report.target}", json.dumps(summary, default=str))
 

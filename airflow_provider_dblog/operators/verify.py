@@ -107,8 +107,11 @@ class DBLogVerifyOperator(DBLogSparkSubmitOperator):
             Stats.gauge("dblog.verify.different_keys", r["missing"] + r["extra"] + r["different"],
                         tags={"target": tcfg.name, "table": t})
         for t, fix in (result.get("repair") or {}).items():
-            self.log.warning("%s: %d key(s) repaired by dump request %s: %s", t, fix["keys"], fix["request"],
-                             "now equal" if fix["equal"] else f"still differs: {fix['report']}")
+            if fix.get("error"):
+                self.log.error("%s: the repair of %d key(s) failed: %s", t, fix["keys"], fix["error"])
+            else:
+                self.log.warning("%s: %d key(s) repaired by dump request %s: %s", t, fix["keys"], fix["request"],
+                                 "now equal" if fix["equal"] else f"still differs: {fix['report']}")
             counts[t]["repaired"] = fix["equal"]
         outlet_events = context.get("outlet_events")
         for outlet in self.outlets or []:
@@ -124,9 +127,11 @@ def raise_if_differs(result: dict) -> None:
     table that differs and was not repaired, naming the tables and their counts."""
     if result["equal"] or result.get("repaired"):
         return
-    repaired = {t for t, fix in (result.get("repair") or {}).items() if fix["equal"]}
+    fixes = result.get("repair") or {}
+    repaired = {t for t, fix in fixes.items() if fix["equal"]}
+    failed = {t: fix["error"] for t, fix in fixes.items() if fix.get("error")}
     differing = {t: {k: r[k] for k in ("missing", "extra", "different")} for t, r in result["tables"].items()
-                 if not r["equal"] and not r["incomplete"] and not r["error"] and t not in repaired}
+                 if not r["equal"] and not r["incomplete"] and not r["error"] and t not in repaired | set(failed)}
     unverified = [t for t, r in result["tables"].items() if r["incomplete"]]
     tgt, rid = result["target"], result["request"]
     parts = []
@@ -138,4 +143,5 @@ def raise_if_differs(result: dict) -> None:
                      f"every attempt (verification {rid}); verify again")
     parts += [f"{t} could not be verified on target {tgt}: {r['error']}"
               for t, r in result["tables"].items() if r["error"]]
+    parts += [f"{t} differs on target {tgt} and its repair failed: {why}" for t, why in failed.items()]
     raise DBLogVerificationFailed("; ".join(parts))

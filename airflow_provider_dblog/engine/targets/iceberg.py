@@ -16,10 +16,8 @@ event (``_dblog_pos`` compared as text: positions encode in order), and those fi
 replaced by files holding their kept rows and the batch's new ones; a batch of new keys
 only is appended without rewriting anything. No delete files are ever written, so every
 Iceberg reader (PyIceberg included) reads the tables. A replayed batch makes no commit.
-A concurrent commit fails ours (CommitFailedException): the step is run again.
-
-No Spark and no Airflow here.
-"""
+A concurrent commit fails ours, never re-based (iceberg_commits.py): the step runs again.
+No Spark and no Airflow here."""
 from __future__ import annotations
 
 import logging
@@ -46,6 +44,7 @@ from ..schema import TableSchema
 from ..verify_rows import arrow_to_batches
 from .base import OP_COLUMN, POS_COLUMN, MergeResult, store_unreachable
 from .delta_evolve import evolved
+from .iceberg_commits import NO_RETRY, refusing_retries
 from .iceberg_evolve import reshape
 from .iceberg_rows import affected_files, matched
 from .lake_rows import orphans
@@ -58,7 +57,7 @@ log = logging.getLogger(__name__)
 _APPLIED = "dblog.applied."   # + source: the table property holding the applied position
 FILE_BYTES = 4 << 20
 # copy-on-write everywhere: readers never meet delete files
-_PROPERTIES = {"format-version": "2", "write.delete.mode": "copy-on-write",
+_PROPERTIES = {**NO_RETRY, "format-version": "2", "write.delete.mode": "copy-on-write",
                "write.update.mode": "copy-on-write", "write.merge.mode": "copy-on-write",
                "write.parquet.compression-codec": "zstd",
                # small files: a merge rewrites each file it touches whole (copy-on-write), so its
@@ -94,9 +93,8 @@ class IcebergTarget:   # implements targets.base.Target
 
     @staticmethod
     def is_transient(error: BaseException) -> bool:
-        """A concurrent commit won the race (the catalog refused ours, or pyiceberg's own retry
-        found the new snapshot conflicting: ValidationException), or the catalog's server or
-        the warehouse's object store is away: run again, from the table's new snapshot."""
+        """A concurrent commit won the race (the catalog refused ours; ValidationException: a
+        conflict found), or the catalog or object store is away: run again, from the new snapshot."""
         return (isinstance(error, (CommitFailedException, ValidationException, OperationalError))
                 or store_unreachable(error))
 
@@ -115,11 +113,12 @@ class IcebergTarget:   # implements targets.base.Target
     def identifier(self, table: TableSchema | str) -> tuple[str, str]:
         return self.namespace, target_table_name(table)
 
-    def _load(self, table: TableSchema | str):
+    def _load(self, table: TableSchema | str, write: bool = False):
         try:
-            return self.catalog.load_table(self.identifier(table))
+            t = self.catalog.load_table(self.identifier(table))
         except NoSuchTableError:
             return None
+        return refusing_retries(t, lambda: self.catalog.load_table(self.identifier(table))) if write else t
 
     def exists(self, table: TableSchema | str) -> bool:
         return self.catalog.table_exists(self.identifier(table))
@@ -155,7 +154,7 @@ class IcebergTarget:   # implements targets.base.Target
     def drop_table(self, table: TableSchema) -> None:
         """Empty the table in ``table``'s shape (a quarantined table rebuilt): one commit,
         so its earlier snapshots stay readable (time travel)."""
-        t = self._load(table)
+        t = self._load(table, write=True)
         if t is None:
             return
         txn = t.transaction()
@@ -217,7 +216,8 @@ class IcebergTarget:   # implements targets.base.Target
         key: ``z_order`` changes nothing here.)"""
         from .iceberg_maintain import maintain
         name = table if isinstance(table, str) and table in self.table_names() else target_table_name(table)
-        return maintain(self.catalog.load_table((self.namespace, name)), retention_hours, dry_run)
+        load = lambda: self.catalog.load_table((self.namespace, name))   # noqa: E731
+        return maintain(load() if dry_run else refusing_retries(load(), load), retention_hours, dry_run)
 
     # -- the applied position ----------------------------------------------------------
     @staticmethod
@@ -231,7 +231,7 @@ class IcebergTarget:   # implements targets.base.Target
 
     def advance_applied(self, source: str, table: TableSchema | str, pos: Position,
                         evolve: tuple | None = None) -> bool:
-        t = self._load(table)
+        t = self._load(table, write=True)
         applied = self._applied(t, source)
         if applied is not None and pos <= applied:
             return False
@@ -243,7 +243,7 @@ class IcebergTarget:   # implements targets.base.Target
         return True
 
     def reset_applied(self, source: str, table: TableSchema | str) -> None:
-        t = self._load(table)
+        t = self._load(table, write=True)
         if t is not None and self._applied(t, source) is not None:
             t.transaction().remove_properties(_APPLIED + source).commit_transaction()
 
@@ -309,7 +309,7 @@ class IcebergTarget:   # implements targets.base.Target
     def merge_batch(self, table: TableSchema, pages: pa.Table | Iterable[pa.Table], source: str,
                     new_pos: Position, run_id: str, evolve: tuple | None = None) -> MergeResult:
         t0 = time.monotonic()
-        t = self._load(table)
+        t = self._load(table, write=True)
         applied = self._applied(t, source)
         if applied is not None and new_pos <= applied:   # the batch is in already (a replay): no commit
             return MergeResult()
@@ -342,7 +342,7 @@ class IcebergTarget:   # implements targets.base.Target
             txn.set_properties({_APPLIED + source: new_pos.encode()})
         txn.commit_transaction()
         if evolve is not None:   # a second commit: the new shape with the position (a crash between re-merges: no change)
-            t = self._load(table)
+            t = self._load(table, write=True)
             txn = t.transaction()
             self._evolve(txn, t, evolve, source, new_pos)
             txn.set_properties({_APPLIED + source: new_pos.encode()})
@@ -360,7 +360,7 @@ class IcebergTarget:   # implements targets.base.Target
         ``keep`` and not in the source now, deleted in one commit, once every event below
         ``until`` is applied (a commit racing it fails and the sweep is run again);
         ``before_delete`` gets those rows (every column) before the commit."""
-        t = self._load(table)
+        t = self._load(table, write=True)
         applied = self._applied(t, source) if t is not None else None
         if applied is None or applied < until:
             return None

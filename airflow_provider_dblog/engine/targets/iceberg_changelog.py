@@ -35,12 +35,13 @@ from .lake_values import ICEBERG_RANGES
 from .base import POS_COLUMN
 from .changelog import (PARTITION, POSITION_KEY, changelog_name, changelog_rows, changelog_schema, image_struct,
                         marked_rows, merged_struct, pending)
+from .iceberg_commits import NO_RETRY, refusing_retries
 from .iceberg_evolve import _promotes, iceberg_schema
 
 log = logging.getLogger(__name__)
 MARK_KEY = "dblog.marked"   # a marked append's snapshot summary: "<op> <position>"
 
-PROPERTIES = {"format-version": "2", "write.parquet.compression-codec": "zstd",
+PROPERTIES = {**NO_RETRY, "format-version": "2", "write.parquet.compression-codec": "zstd",
               "write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "50"}
 
 
@@ -82,6 +83,7 @@ def _ready(catalog, ident: tuple[str, str], t, table: TableSchema, target: str):
     struct, added, widened = merged_struct(current, image_struct(table), iceberg_relation, table.qualified, target)
     if t is None:
         t = _create(catalog, ident, changelog_schema(struct))
+    t = refusing_retries(t, lambda: catalog.load_table(ident))   # exactly once: never re-based on another's append
     txn = t.transaction()
     if added or widened:
         with txn.update_schema() as update:

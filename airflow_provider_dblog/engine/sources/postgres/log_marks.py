@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from typing import Iterator
 
+from ...errors import DBLogError
 from ..base import LogItem, SchemaChange, TableBroken
 from .ddl_marks import DDL_PREFIX, rewrites
 from .lsn import lsn_to_int
@@ -154,7 +155,16 @@ class LogMarks:
                     or same_shape(carried, self.schemas[table], self.natives[table])):
                 continue
             before = self.catalog.describe_table(table)
-            schema, native = self.refresh(table)
+            try:
+                schema, native = self.refresh(table)
+            except DBLogError as e:   # keyless (or gone) since: this table breaks, the tail goes on
+                yield from self._flush_table(table)
+                self.skipping(self.unreadable, table)
+                yield TableBroken(table, self._pos(), f"{table} changed at {self._pos()} and its shape cannot be "
+                                                      f"read from the catalog since ({e}); its changes are skipped "
+                                                      "until it can")
+                self.seq += 1
+                continue
             if not same_shape(carried, schema, native):   # changed again since: the next watermark tells
                 self.catalog.adopt_table(table, before)
                 continue
