@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import pyarrow as pa
@@ -34,7 +34,7 @@ from .positions import Position
 from .retry import Retrier, count_retry, redis_is_transient
 from .schema import TableSchema
 from .quarantine import fix_for, quarantine_table, settle
-from .schema_evolution import Evolution, version_evolution
+from .schema_evolution import Evolution, kept_name_reused, version_evolution
 from .schema_history import version_at
 from .sweep import sweep_table
 from .targets import name_clashes
@@ -195,6 +195,9 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     shape = shape_at(versions, schema, applied)
     target.ensure_table(shape)
     change = next_change(versions, applied, frontier) if frontier is not None else None
+    have = set(target.columns(table))
+    if change is not None and (why := kept_name_reused(change[1], shape, have)):
+        change = (change[0], replace(change[1], problems=(why,)), change[2])
     if change is not None and not change[1].compatible:   # a quarantine whose record is gone: stop too,
         why = f"changed at {change[0]}: {change[1].describe()}"   # recorded again so that a dump releases it
         quarantine_table(state, table, change[0], why)
@@ -204,7 +207,6 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     ahead = frontier   # a held value's fix may lie past the change the batch ends at (held_at)
     if change is not None:
         frontier = change[0]
-    have = set(target.columns(table))
     b = Batch(shape, applied, frontier, started=started, quarantined=quarantine,
               write_schema=TableSchema(shape.database, shape.name,
                                        tuple(c for c in shape.columns if c.name in have), shape.key),

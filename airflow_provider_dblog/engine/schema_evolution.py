@@ -298,3 +298,16 @@ def added_with_values(old: TableSchema, new: TableSchema, defaults: dict, rename
     renamed_new = {b for _, b in renamed}
     return [c.name for c in new.columns if c.name not in old.column_names and c.name not in renamed_new
             and (defaults.get(c.name) is not None or not c.nullable)]
+
+
+def kept_name_reused(ev: Evolution, before: TableSchema, target_columns: set[str]) -> str:
+    """Under ``ignore``: columns the change does not carry (added, or renamed to) under the
+    name of a column the target keeps from before (dropped or renamed away at the source).
+    The target cannot hold both under one name (writing the new one into the kept one would
+    mix their values): why, for a quarantine that a full dump releases; "" if none."""
+    if ev.behaviour != IGNORE:
+        return ""
+    clash = [n for n in ev.skip if n in target_columns and n not in before.column_names]
+    return (f"column {', '.join(clash)} added at the source under the name of a column the target keeps from "
+            "before (dropped or renamed away there, kept by schema_changes: ignore): the target cannot hold "
+            "both under one name") if clash else ""

@@ -66,6 +66,7 @@ class TableReport:
     incomplete: str = ""     # why no verdict: every key left out (a change of shape meanwhile)
     attempts: int = 1        # verifications of the table run for this result (verify_run: after a change of shape)
     error: str = ""          # why no verdict: the table's own comparison failed (held, quarantined, a read error)
+    not_carried: list = field(default_factory=list)   # source columns its `ignore` keeps off the target: not compared
     keys: dict = field(default_factory=lambda: {"missing": [], "extra": [], "different": []})
 
     @property
