@@ -126,7 +126,7 @@ def markdown(res: dict) -> str:
     if v := res.get("verify"):
         lines += [f"Verify: {v['rows']:,} rows (source and target), {'equal' if v['equal'] else '**NOT equal**'}: "
                   f"{v['compared']:,} rows compared, {v['skipped']:,} changing keys left out; ours {v['ours']['seconds']}s "
-                  f"(dump on Spark, target read, comparison), baseline {v['baseline']['seconds']}s (both tables read "
+                  f"(chunks read {'in-process' if v.get('via') == 'local' else 'on Spark'}, target read, comparison), baseline {v['baseline']['seconds']}s (both tables read "
                   f"raw); {v['windows']} chunk windows over {v['windows_s']}s; write latency n={v['impact']['no_verify']['n']} "
                   f"quiet, n={v['impact']['verify']['n']} during the windows; "
                   f"apply errors {len(v['apply_errors'])}.", ""]

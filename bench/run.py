@@ -33,6 +33,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--baseline-seconds", type=float, default=60, help="writes without a dump")
     p.add_argument("--fresh-rows", type=int, default=10_000)
     p.add_argument("--verify-rows", type=int, default=4_000_000, help="phase verify: rows of the verified table")
+    p.add_argument("--verify-via", choices=("spark", "local"), default="spark",
+                   help="phase verify: chunks read by the dump job on Spark, or in this process (dblog verify --via)")
     p.add_argument("--apply-runs", type=int, default=6)
     p.add_argument("--fresh-via", choices=("engine", "airflow"), default="engine",
                    help="apply through the engine's apply_job or the provider's apply DAG")

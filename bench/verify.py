@@ -82,7 +82,7 @@ def verify(a, src, workdir: Path) -> dict:
             t_v0 = time.time()
             log.info("verify: dblog verify of %s on Spark during writes at %.0f/s", q, a.write_rate)
             m0 = time.monotonic()
-            out = run_verify(env.cfg, "tgt", DumpSpec("table", [q]), via="spark",
+            out = run_verify(env.cfg, "tgt", DumpSpec("table", [q]), via=a.verify_via,
                              run_spark=lambda rid: _dump_job(env, rid), wait_s=600)
             ours_s = time.monotonic() - m0
             t_v1 = time.time()
@@ -105,7 +105,7 @@ def verify(a, src, workdir: Path) -> dict:
     w_start, w_compare, w_all = summary(lat(t_v0, d0)), summary(lat(d1, t_v1)), summary(lat(t_v0, t_v1))
     base_s = base["submit_seconds"]
     return {
-        "rows": a.verify_rows, "seed_s": round(seed_s, 1), "load_s": round(load_s, 1),
+        "rows": a.verify_rows, "via": a.verify_via, "seed_s": round(seed_s, 1), "load_s": round(load_s, 1),
         "equal": out["equal"], "compared": rep["compared"], "skipped": rep["skipped"],
         "source_rows": rep["source_rows"], "target_rows": rep["target_rows"], "apply_errors": applier.errors,
         "baseline": {"seconds": base_s, "work_s": base["work_s"], "rows": base["rows"],
