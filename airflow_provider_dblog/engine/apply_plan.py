@@ -196,7 +196,8 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     target.ensure_table(shape)
     change = next_change(versions, applied, frontier) if frontier is not None else None
     have = set(target.columns(table))
-    if change is not None and (why := kept_name_reused(change[1], shape, have)):
+    folds = getattr(target, "folds_case", False)
+    if change is not None and (why := kept_name_reused(change[1], shape, change[2], have, folds)):
         change = (change[0], replace(change[1], problems=(why,)), change[2])
     if change is not None and not change[1].compatible:   # a quarantine whose record is gone: stop too,
         why = f"changed at {change[0]}: {change[1].describe()}"   # recorded again so that a dump releases it

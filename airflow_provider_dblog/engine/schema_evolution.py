@@ -300,14 +300,26 @@ def added_with_values(old: TableSchema, new: TableSchema, defaults: dict, rename
             and (defaults.get(c.name) is not None or not c.nullable)]
 
 
-def kept_name_reused(ev: Evolution, before: TableSchema, target_columns: set[str]) -> str:
-    """Under ``ignore``: columns the change does not carry (added, or renamed to) under the
-    name of a column the target keeps from before (dropped or renamed away at the source).
-    The target cannot hold both under one name (writing the new one into the kept one would
-    mix their values): why, for a quarantine that a full dump releases; "" if none."""
-    if ev.behaviour != IGNORE:
+def kept_name_reused(ev: Evolution, before: TableSchema, after: TableSchema, target_columns: set[str],
+                     fold_case: bool = False) -> str:
+    """A name the target cannot give a column the change brings, because a column it keeps
+    (gone at the source, kept by ``lenient`` / ``ignore``) holds it: under ``ignore``, a
+    column not carried (added, or renamed to) under a kept column's name (writing the new one
+    into it would mix their values); on a target whose names ignore case (``fold_case``:
+    Delta), a column added, copied or renamed to a kept column's name but for case
+    (``lenient``'s ``v`` kept beside a copied ``V``). Why, for a quarantine that a full dump
+    releases (the target table rebuilt in the new shape); "" if none. (Two source columns
+    alike but for case are the target's own refusal: lake_schema.check_shape.)"""
+    if ev.behaviour == IGNORE:
+        clash = [n for n in ev.skip if n in target_columns and n not in before.column_names]
+        return (f"column {', '.join(clash)} added at the source under the name of a column the target keeps "
+                "from before (dropped or renamed away there, kept by schema_changes: ignore): the target cannot "
+                "hold both under one name") if clash else ""
+    if not fold_case:
         return ""
-    clash = [n for n in ev.skip if n in target_columns and n not in before.column_names]
-    return (f"column {', '.join(clash)} added at the source under the name of a column the target keeps from "
-            "before (dropped or renamed away there, kept by schema_changes: ignore): the target cannot hold "
-            "both under one name") if clash else ""
+    kept = target_columns - {a for a, _ in ev.rename} - set(ev.drop) - set(after.column_names)
+    folded = {c.lower(): c for c in kept}
+    clash = [n for n in [*ev.add, *(b for _, b in ev.copy), *(b for _, b in ev.rename)] if n.lower() in folded]
+    return (f"column {', '.join(clash)} would share its name with {', '.join(folded[n.lower()] for n in clash)}, "
+            "which the target keeps (schema_changes: lenient), on a target whose column names ignore case"
+            ) if clash else ""

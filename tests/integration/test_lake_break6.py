@@ -594,16 +594,10 @@ def test_odd_table_and_column_names_and_edge_values_on_both_lakes(src_db, make_c
 # -- 1b. renames by case, renames back, widened keys -------------------------------------------------
 
 
-CASE_RENAME_LENIENT_DELTA = pytest.mark.xfail(strict=True, reason=(
-    "Delta, schema_changes 'lenient': v renamed to V keeps v and adds V with its values; Delta's names are "
-    "case-insensitive, so every apply of the table fails with a raw 'Schema error: Duplicate field name "
-    "(case-insensitive): v' (TablesNotAppliedError), never held with a named message as a v/V pair at the "
-    "source is (delta.py merge/evolve has no case check for lenient's kept+copied columns)"))
-
 
 
 @pytest.mark.parametrize("lake,policy", [("delta", "evolve"), ("iceberg", "evolve"),
-                                         pytest.param("delta", "lenient", marks=CASE_RENAME_LENIENT_DELTA),
+                                         ("delta", "lenient"),
                                          ("iceberg", "lenient"),
                                          ("delta", "ignore"), ("iceberg", "ignore")])
 def test_a_column_renamed_by_case_only_then_renamed_back(src_db, make_cdc, tmp_path, lake, policy, request):
@@ -631,8 +625,13 @@ def test_a_column_renamed_by_case_only_then_renamed_back(src_db, make_cdc, tmp_p
         cdc.drain()
     res = _apply_all(cdc, "lake", table, runs=8)
     if res["status"] in ("quarantined", "held"):   # (a change the lake cannot follow: named, then released)
+        if lake == "delta" and policy == "lenient":   # v kept beside V: one name to Delta (kept_name_reused)
+            assert "column names ignore case" in json.dumps(res), res
         _dump(cdc, DumpSpec("table", [table]))
-        res = _apply_all(cdc, "lake", table)
+        for _ in range(3):   # a later break of the same kind (w -> v beside the kept V): the same dump releases it
+            res = _apply_all(cdc, "lake", table)
+            if res["status"] != "quarantined":
+                break
     _ok(res)
     _same_carried(cdc, src_db)
     with src_db.cursor() as cur:

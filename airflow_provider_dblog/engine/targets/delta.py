@@ -54,6 +54,8 @@ from .pg_tables import target_table_name
 log = logging.getLogger(__name__)
 
 class DeltaTarget:   # implements targets.base.Target
+    folds_case = True   # its column names ignore case (schema_evolution.kept_name_reused)
+
     def __init__(self, config: TargetConfig):
         self.config = config
         self.root = config.path.removeprefix("file://").rstrip("/")
