@@ -79,18 +79,18 @@ def _verify(config: Config, parts: Wiring, target: str, spec: DumpSpec, via: str
         tables = spec.tables
         if spec.scope == "all":   # a table gone or keyless at the source is its own report, not the run's end
             tables = list(source.tables)
-            held = _unreadable_at_source(source, tables)
-            tables = [t for t in tables if t not in held]
+            unverifiable = _unreadable_at_source(source, tables)
+            tables = [t for t in tables if t not in unverifiable]
             if not tables:
-                raise VerificationError("; ".join(held.values()))
+                raise VerificationError("; ".join(unverifiable.values()))
         else:
-            held = {}
+            unverifiable = {}
         spec = validate_spec(source, DumpSpec(spec.scope, tables, spec.keys, spec.chunk_size, spec.parallelism,
                                               spec.where, verify=target), config.dump)
-        held |= _held_for_good(config, source, target, spec.tables)
-        if all(t in held for t in spec.tables):
-            raise VerificationError("; ".join(held.values()))
-        spec = DumpSpec(spec.scope, [t for t in spec.tables if t not in held], spec.keys, spec.chunk_size,
+        unverifiable |= _held_for_good(config, source, target, spec.tables)
+        if all(t in unverifiable for t in spec.tables):
+            raise VerificationError("; ".join(unverifiable.values()))
+        spec = DumpSpec(spec.scope, [t for t in spec.tables if t not in unverifiable], spec.keys, spec.chunk_size,
                         spec.parallelism, spec.where, verify=target)
         rid = state.create_request(spec.to_dict())
         log.info("verification %s of %s on target %s: %s", rid, ", ".join(spec.tables), target, spec.scope)
@@ -104,7 +104,7 @@ def _verify(config: Config, parts: Wiring, target: str, spec: DumpSpec, via: str
         except BaseException:
             store.remove_verified(rid)
             raise
-    reports = {t: TableReport(t, target, error=why) for t, why in (held | gone).items()}
+    reports = {t: TableReport(t, target, error=why) for t, why in (unverifiable | gone).items()}
     for report in reports.values():
         _record(state, report, rid)
     try:
