@@ -33,7 +33,7 @@ from .errors import (LeaseLostError, NoPrimaryKeyError, SourceSetupError, Source
 from .positions import Position
 from .retry import Retrier, count_retry, redis_is_transient
 from .schema import TableSchema
-from .quarantine import fix_for, quarantine_table, settle
+from .quarantine import fix_for, quarantine_table, release_refused_shape, settle
 from .schema_evolution import Evolution, kept_name_reused, version_evolution
 from .schema_history import version_at
 from .sweep import sweep_table
@@ -192,6 +192,9 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
         log.warning("%s: target table was recreated; re-applying from the start of the log", table)
         target.reset_applied(source_name, table)
         applied = None
+    if frontier is not None and release_refused_shape(target, state, source_name, table, versions,
+                                                      lambda at: shape_at(versions, schema, at), applied, frontier):
+        applied = target.applied_pos(source_name, table)   # rebuilt in a later shape it holds
     shape = shape_at(versions, schema, applied)
     target.ensure_table(shape)
     change = next_change(versions, applied, frontier) if frontier is not None else None

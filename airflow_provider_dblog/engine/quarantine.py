@@ -42,6 +42,7 @@ import logging
 import time
 from typing import Callable
 
+from .errors import TargetShapeError
 from .positions import Position
 from .targets.base import REBUILD, append_marked
 
@@ -145,17 +146,54 @@ def settle(target, state, source_name: str, table: str, shape_at: Callable[[Posi
         # its changelog takes the events up to the break first (this batch); the same run then
         # comes back here and rebuilds (apply_plan.apply_tables: "releasing")
         return entry | {"at": pending[0].encode(), "releasing": rid}
-    schema = shape_at(last)
-    # each step is safe to redo: until the rebuild is recorded, the next apply starts over
-    target.drop_table(schema)
-    target.ensure_table(schema)
-    target.reset_applied(source_name, schema)
-    target.advance_applied(source_name, schema, last)
-    # the emptying, in the changelog (if kept) just below the break: replayed like a truncate,
-    # every row before it gone; the events from ``last`` on follow it (once: append_marked)
-    append_marked(target, schema, source_name, REBUILD, last.just_below())
+    rebuild(target, source_name, shape_at(last), last)
     state.r.hset(state.k(REBUILT), f"{table}|{name}", json.dumps({"at": last.encode(), "request": rid,
                                                                   "when": time.time()}))
     log.warning("%s released from quarantine on target %s by dump request %s: target table rebuilt in the "
                 "shape of its latest break, applied from %s", table, name, rid, last)
     return None
+
+
+def rebuild(target, source_name: str, schema, at: Position) -> None:
+    """The target table emptied in ``schema`` with its checkpoint at ``at`` (a done dump
+    read after ``at`` brings every row back). Each step is safe to redo: until the caller
+    records the rebuild, the next apply starts over."""
+    target.drop_table(schema)
+    target.ensure_table(schema)
+    target.reset_applied(source_name, schema)
+    target.advance_applied(source_name, schema, at)
+    # the emptying, in the changelog (if kept) just below ``at``: replayed like a truncate,
+    # every row before it gone; the events from ``at`` on follow it (once: append_marked)
+    append_marked(target, schema, source_name, REBUILD, at.just_below())
+
+
+def release_refused_shape(target, state, source_name: str, table: str, versions: list, shape_at: Callable,
+                          applied: Position | None, frontier: Position) -> Position | None:
+    """A shape this target cannot hold (``check_table``: two columns alike but for case in a
+    lake table, ...) holds the table there, from its checkpoint or from a change after it.
+    The fix is at the source (a rename): a later shape the target accepts, at ``fix``. A
+    full dump that read the table after ``fix`` (:func:`releasing_dump`) then releases it:
+    the target table rebuilt empty in that shape with its checkpoint at ``fix``; the log's
+    events from there and the dump's snapshot, which holds every row, follow. Returns
+    ``fix`` when it rebuilt, else None (the apply meets the refusal and holds, naming it)."""
+    if not versions:
+        return None
+
+    def refuses(at: Position | None) -> bool:
+        try:
+            target.check_table(shape_at(at))
+            return False
+        except TargetShapeError:
+            return True
+    later = [at for at, _ in versions if (applied is None or at > applied) and at <= frontier]
+    bad = next((at for at in [applied] + later if refuses(at)), False)
+    if bad is False:
+        return None
+    fix = next((at for at in later if (bad is None or at > bad) and not refuses(at)), None)
+    rid = None if fix is None else releasing_dump(state, table, fix)
+    if rid is None:
+        return None
+    rebuild(target, source_name, shape_at(fix), fix)
+    log.warning("%s released on target %s by dump request %s: its shape from %s is one the target holds; "
+                "target table rebuilt in it, applied from there", table, target.config.name, rid, fix)
+    return fix

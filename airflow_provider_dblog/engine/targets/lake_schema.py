@@ -32,7 +32,8 @@ def check_shape(table: TableSchema, kind: str, target: str) -> None:
             raise TargetShapeError(
                 f"{table.qualified}: columns {other!r} and {name!r} are one column to a {kind} table (names "
                 f"compared without case, {POS_COLUMN} / {OP_COLUMN} are dblog's): the table is held on {target} "
-                "(its other tables go on); rename one at the source, or capture it into a PostgreSQL target",
+                "(its other tables go on); rename one at the source, then re-dump the table (a full dump read "
+                "after the rename releases it), or capture it into a PostgreSQL target",
                 table=table.qualified, column=name)
     for k, t in zip(table.key, table.key_types):
         why = ("an unconstrained numeric key: 1.5 and 1.50 are one key at the source but two texts in a "
