@@ -193,7 +193,7 @@ class AirflowAPI:
     def __init__(self, url: str, user: str, password: str, server_logs=None):
         import httpx
         self.url = url
-        self.http = httpx.Client(base_url=url, timeout=30)
+        self.http = httpx.Client(base_url=url, timeout=120)   # a server starved of CPU for a while still answers
         self._credentials = {"username": user, "password": password}
         self._token: str | None = None
         self.server_logs = server_logs or (lambda: "")

@@ -15,7 +15,8 @@ review items); a mixin of changes.py's TransactionAssembler.
   SchemaChange there, so a chunk selected after it is in the log's shape at its HW.
 - An event trigger's logical message (ddl_marks.py) marks an ALTER TABLE / ALTER TYPE
   at its place: a captured table whose values it rewrote with no row change (an enum
-  label renamed, TYPE ... USING) breaks there.
+  label renamed, TYPE ... USING) breaks there; one whose primary key it moved (no
+  Relation shows a key under REPLICA IDENTITY FULL) changes shape there.
 - A captured table whose changes are skipped (REPLICA IDENTITY not FULL, or its Relation
   matching no shape read) broke once where the skipping began; its first skipped change
   after each watermark breaks it again. A full dump releases a quarantine only when it
@@ -137,6 +138,29 @@ class LogMarks:
                 yield from self._flush_table(table)
                 yield TableBroken(table, self._pos(), f"{table} at {self._pos()}: {why}. Re-dump the table")
                 self.seq += 1
+            elif carried.get("tag") == "ALTER TABLE":
+                yield from self.key_moved(table)
+
+    def key_moved(self, table: str) -> Iterator[LogItem]:
+        """An ALTER TABLE marked here that moved the table's primary key: under REPLICA
+        IDENTITY FULL every Relation flags every column, so none shows it. The shape read
+        here (the catalog once the DDL is visible) is a SchemaChange when its key differs; the
+        version's evolution quarantines the table (a change of key)."""
+        if self.refresh is None or table in self.unreadable:
+            return
+        before = self.catalog.describe_table(table)
+        try:
+            schema, native = self.refresh(table)
+        except DBLogError:   # keyless or gone: the next Relation or watermark breaks it
+            self.catalog.adopt_table(table, before)
+            return
+        if schema.key == self.schemas[table].key:
+            self.catalog.adopt_table(table, before)
+            return
+        yield from self._flush_table(table)
+        self.schemas[table], self.natives[table] = schema, native
+        yield SchemaChange(table, self._pos())
+        self.seq += 1
 
     def shapes(self, m: Message) -> Iterator[LogItem]:
         """A watermark's shapes: a table whose shape differs from the one read, and whose
