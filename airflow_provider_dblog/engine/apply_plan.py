@@ -182,7 +182,7 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     table = schema.qualified
     frontier = state.frontier()
     versions = store.schema_versions(table) if frontier is not None else []
-    quarantine = None if frontier is None else settle(target, state, source_name, table,
+    quarantine = None if frontier is None else settle(target, state, source_name, table, versions,
                                                       lambda at: shape_at(versions, schema, at))
     if quarantine is not None:   # the batch stops before the change, in the shape before it
         frontier = min(frontier, Position.decode(quarantine["at"]))
@@ -364,7 +364,7 @@ def _apply_one(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store, s
         # the batch ended at a change of the table's shape, which the target took, or at the
         # break a done dump releases (quarantine.settle): go on from it
         more = retry.run(lambda: applier.apply_table(schema), what)
-        if more["from"] == last["from"]:   # the checkpoint did not move: a concurrent run took it
+        if "from" in more and more["from"] == last["from"]:   # the checkpoint did not move: a concurrent run took it
             break
         res, last = combined(res, more), more
     res = retry.run(lambda: with_sweep(res, target, tcfg.name, store, state, scfg, schema), what)

@@ -32,7 +32,9 @@ class ChunkPlanner:
         if progress.get("done"):
             return None
         if "max_key" not in progress:  # captured once, when the table's dump starts
-            # the log head before the max key read bounds the orphan sweep (sweep.py)
+            # the log head before the max key read bounds the orphan sweep (sweep.py); the
+            # shapes marked first, so that a change of shape before it is a version below it
+            self.source.mark_shapes()
             before, _ = self.source.current_resume()
             top = self.source.max_key(schema)
             progress = {"max_key": schema.encode_key(top) if top is not None else None, "last_key": None,

@@ -116,13 +116,16 @@ def releasing_dump(state, table: str, after: Position, look_back: int = 200) -> 
     return None
 
 
-def settle(target, state, source_name: str, table: str, shape_at: Callable[[Position], object]) -> dict | None:
+def settle(target, state, source_name: str, table: str, versions: list,
+           shape_at: Callable[[Position | None], object]) -> dict | None:
     """The quarantine of ``table`` as this target's apply meets it: None when the target
     has been rebuilt past every break. A releasing dump done: the target table rebuilt
-    empty in ``shape_at(last)`` (the shape holding at the latest break) with its checkpoint
-    there, recorded for this target only, None. Else the entry, with ``at`` the first break
-    this target has not been rebuilt past: the batch stops there (with ``releasing``, the
-    dump that releases it once a target keeping a changelog has applied up to there)."""
+    empty in ``shape_at(last)`` (the shape holding at the latest break; if this target
+    cannot hold that shape, the first later one it can: :func:`holdable_from`) with its
+    checkpoint there, recorded for this target only, None. Else the entry, with ``at`` the
+    first break this target has not been rebuilt past: the batch stops there (with
+    ``releasing``, the dump that releases it once a target keeping a changelog has applied
+    up to there)."""
     name = target.config.name
     state.r.sadd(state.k(TARGETS), name)
     raw = state.r.hget(state.k(KEY), table)
@@ -138,33 +141,55 @@ def settle(target, state, source_name: str, table: str, shape_at: Callable[[Posi
     if not pending:
         return None
     last = all_breaks[-1]
-    rid = releasing_dump(state, table, last)
+    at = holdable_from(target, versions, shape_at, last)
+    rid = None if at is None else releasing_dump(state, table, at)
     if rid is None:
-        return entry | {"at": pending[0].encode()}
+        why = refusal(target, shape_at(last))   # the lake cannot hold the new shape: that comes first
+        return entry | {"at": pending[0].encode()} | ({"fix": f"{why}; then {entry['fix']}"} if why else {})
     applied = target.applied_pos(source_name, table)
     if getattr(target.config, "changelog", False) and applied is not None and applied < pending[0]:
         # its changelog takes the events up to the break first (this batch); the same run then
         # comes back here and rebuilds (apply_plan.apply_tables: "releasing")
         return entry | {"at": pending[0].encode(), "releasing": rid}
-    rebuild(target, source_name, shape_at(last), last)
-    state.r.hset(state.k(REBUILT), f"{table}|{name}", json.dumps({"at": last.encode(), "request": rid,
+    rebuild(target, source_name, shape_at(at), at)
+    state.r.hset(state.k(REBUILT), f"{table}|{name}", json.dumps({"at": at.encode(), "request": rid,
                                                                   "when": time.time()}))
     log.warning("%s released from quarantine on target %s by dump request %s: target table rebuilt in the "
-                "shape of its latest break, applied from %s", table, name, rid, last)
+                "shape of %s, applied from there", table, name, rid,
+                "its latest break" if at == last else f"{at}, the first after its latest break it can hold")
+    return None
+
+
+def refusal(target, schema) -> str:
+    """Why ``target`` cannot hold a table of ``schema``'s shape (its ``check_table``), or ""."""
+    try:
+        target.check_table(schema)
+        return ""
+    except TargetShapeError as e:
+        return str(e)
+
+
+def holdable_from(target, versions: list, shape_at: Callable, at: Position | None) -> Position | None:
+    """``at``, or the first version after it, whose shape ``target`` can hold; None if none."""
+    for p in [at] + [v for v, _ in versions if at is not None and v > at]:
+        if not refusal(target, shape_at(p)):
+            return p
     return None
 
 
 def rebuild(target, source_name: str, schema, at: Position) -> None:
     """The target table emptied in ``schema`` with its checkpoint at ``at`` (a done dump
-    read after ``at`` brings every row back). Each step is safe to redo: until the caller
-    records the rebuild, the next apply starts over."""
+    read after ``at`` brings every row back). Each step is safe to redo, and the checkpoint
+    moves last: until it is at ``at`` (and the caller has recorded the rebuild), the next
+    apply starts over. A shape the target refuses leaves the table as it is."""
+    target.check_table(schema)
     target.drop_table(schema)
     target.ensure_table(schema)
     target.reset_applied(source_name, schema)
-    target.advance_applied(source_name, schema, at)
     # the emptying, in the changelog (if kept) just below ``at``: replayed like a truncate,
     # every row before it gone; the events from ``at`` on follow it (once: append_marked)
     append_marked(target, schema, source_name, REBUILD, at.just_below())
+    target.advance_applied(source_name, schema, at)
 
 
 def release_refused_shape(target, state, source_name: str, table: str, versions: list, shape_at: Callable,
@@ -178,18 +203,11 @@ def release_refused_shape(target, state, source_name: str, table: str, versions:
     ``fix`` when it rebuilt, else None (the apply meets the refusal and holds, naming it)."""
     if not versions:
         return None
-
-    def refuses(at: Position | None) -> bool:
-        try:
-            target.check_table(shape_at(at))
-            return False
-        except TargetShapeError:
-            return True
     later = [at for at, _ in versions if (applied is None or at > applied) and at <= frontier]
-    bad = next((at for at in [applied] + later if refuses(at)), False)
+    bad = next((at for at in [applied] + later if refusal(target, shape_at(at))), False)
     if bad is False:
         return None
-    fix = next((at for at in later if (bad is None or at > bad) and not refuses(at)), None)
+    fix = next((at for at in later if (bad is None or at > bad) and not refusal(target, shape_at(at))), None)
     rid = None if fix is None else releasing_dump(state, table, fix)
     if rid is None:
         return None

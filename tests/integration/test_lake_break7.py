@@ -5,11 +5,13 @@ after it. Inputs around the hold and the release: quarantines between the hold a
 a dump begun before the fix, the bad shape coming back, dropping instead of renaming,
 writes everywhere, changelog targets (replayed), a PostgreSQL target beside the lake,
 lenient / ignore, verify, a second apply, a crash between the rebuild's steps, Spark.
-Findings, xfail(strict): settle rebuilding a quarantine at a break whose shape the lake refuses
-(never released; Iceberg emptied meanwhile); a rename with no write after it not released by
-the dump that follows; a crash between the rebuild's checkpoint and its changelog row; an
-ignored column holding the table; a KeyError in _apply_one's releasing loop; a PostgreSQL
-primary key moved to another column going unseen (rows merged into one)."""
+Findings, fixed: settle rebuilt a quarantine at a break whose shape the lake refuses (never
+released; Iceberg emptied meanwhile); a rename with no write after it was not released by
+the dump that followed (a dump now marks the shapes before its head: mark_shapes); a crash
+between the rebuild's checkpoint and its changelog row (the checkpoint now moves last); a
+KeyError in _apply_one's releasing loop; a PostgreSQL primary key moved to another column
+went unseen, rows merged into one (log_marks.key_moved). Open (xfail, strict): under
+``ignore`` a clashing column the lake never carries still holds the table."""
 from __future__ import annotations
 
 import json
@@ -139,18 +141,10 @@ def _hold_by_case(cdc, src_db, t):
 
 # -- 1. a quarantine (narrowing) between the hold and the rename ----------------------------------------
 
-QUARANTINE_IN_REFUSED_SHAPE = pytest.mark.xfail(strict=True, reason=(
-    "a quarantine (x narrowed to smallint, or a column r added with DEFAULT random()) recorded while the table's shape still has 'v' and 'V' (held on the "
-    "lake), then 'V' renamed and a full dump: quarantine.settle runs first and rebuilds at its latest break in "
-    "shape_at(last), the refused v/V shape (it never looks for a later shape the target holds, as "
-    "release_refused_shape does): Delta's drop_table fails every apply ('Duplicate field name "
-    "(case-insensitive)': the table 'failed', TablesNotAppliedError), Iceberg's ensure_table refuses it "
-    "('held'); every later dump the same: the release never comes (the PostgreSQL target is released)"))
 
 
 @POSTGRES
 @LAKES
-@QUARANTINE_IN_REFUSED_SHAPE
 @pytest.mark.parametrize("quarantine", ["narrowed", "volatile-default"])
 def test_a_quarantine_between_the_case_hold_and_the_rename_is_released_by_one_dump(src_db, make_cdc, tmp_path, lake,
                                                                                    quarantine):
@@ -187,17 +181,12 @@ def test_a_quarantine_between_the_case_hold_and_the_rename_is_released_by_one_du
 
 @POSTGRES
 @LAKES
-@pytest.mark.xfail(strict=True, reason=(
-    "release_refused_shape records nothing of its rebuild but the checkpoint: a rebuild stopped after "
-    "advance_applied(fix) and before append_marked(REBUILD) is never redone (the next apply's checkpoint is at "
-    "the fix, a shape the lake holds: nothing to release), so the changelog keeps no 'rebuild' row: replayed, it "
-    "still holds row 1 deleted at the source while the table was held (settle's REBUILT record, written after "
-    "the changelog row, has no counterpart here)"))
-def test_a_crash_after_the_rebuilds_checkpoint_before_its_changelog_row(src_db, make_cdc, tmp_path, lake):
-    """The release's rebuild stopped after its checkpoint moved and before its ``rebuild``
-    row reached the changelog (the steps done by hand, as quarantine.rebuild does them);
-    a row deleted while the table was held: the next apply must still leave a changelog
-    whose replay equals the source."""
+@pytest.mark.parametrize("steps", [3, 4], ids=["before-changelog-row", "before-checkpoint"])
+def test_a_crash_between_the_rebuilds_steps_is_redone(src_db, make_cdc, tmp_path, lake, steps):
+    """The release's rebuild (quarantine.rebuild: drop, create, reset the checkpoint, the
+    changelog's ``rebuild`` row, the checkpoint) stopped after ``steps`` of them (done by
+    hand); a row deleted while the table was held: the next apply redoes it, and the lake
+    and its changelog's replay equal the source."""
     cdc, t = _setup(src_db, make_cdc, tmp_path, lake, changelog=True)
     _hold_by_case(cdc, src_db, t)
     with src_db.cursor() as cur:
@@ -210,14 +199,17 @@ def test_a_crash_after_the_rebuilds_checkpoint_before_its_changelog_row(src_db, 
     assert [c[0] for c in _versions(cdc, t)[-1][1]["schema"]["columns"]] == ["id", "v", "x", "v2"]
     target = open_target(cdc.cfg.target("lake"))
     from airflow_provider_dblog.engine.schema import TableSchema
+    from airflow_provider_dblog.engine.targets.base import REBUILD, append_marked
     shape = TableSchema.from_dict(_versions(cdc, t)[-1][1]["schema"])
-    target.drop_table(shape)
-    target.ensure_table(shape)
-    target.reset_applied("src", shape)
-    target.advance_applied("src", shape, fix)
+    done = [lambda: target.drop_table(shape), lambda: target.ensure_table(shape),
+            lambda: target.reset_applied("src", shape),
+            lambda: append_marked(target, shape, "src", REBUILD, fix.just_below())]
+    for step in done[:steps]:
+        step()
     _ok(_apply_all(cdc, "lake", t))
     cdc.assert_equal("t", target="lake")
     log = _changelog(open_target(cdc.cfg.target("lake")), cdc.source.table_schema(t))
+    assert [r["op"] for r in log].count("rebuild") == 1, log
     assert _replay(log, ["id", "v", "v2"]) == _source_rows(src_db, "t", ["id", "v", "v2"]), log
 
 
@@ -249,12 +241,6 @@ def test_a_crash_after_the_rebuilds_drop_is_redone(src_db, make_cdc, tmp_path, l
 
 @POSTGRES
 @LAKES
-@pytest.mark.xfail(strict=True, reason=(
-    "'V' renamed with no row written after it, then the full dump the hold's message asks for: the tail learns "
-    "the rename at the dump's first watermark (log_marks.shapes: the version is recorded at its LW), after the "
-    "head_before the dump read, so releasing_dump(fix) never takes that dump: the lake stays held ('rename one "
-    "at the source, then re-dump the table') though the dump read the renamed table; only a second dump "
-    "releases it"))
 def test_a_rename_with_no_write_after_it_then_one_dump_releases(src_db, make_cdc, tmp_path, lake):
     """"V" added (held), a row deleted, "V" renamed, nothing written since, then a full dump
     of the table (what the hold's message asks): the lake should be released and equal."""
@@ -599,13 +585,6 @@ def test_a_mariadb_double_key_on_iceberg_fixed_to_decimal(src_db, make_cdc, tmp_
 
 
 @POSTGRES
-@pytest.mark.xfail(strict=True, reason=(
-    "a Delta target keeping a changelog, a double precision key retyped numeric(10,2) (a quarantine), then a "
-    "dump: the first batch ends at the break with quarantine 'releasing' (settle), apply_plan._apply_one runs "
-    "the table again, plan_table raises the changelog's TargetValueError (the changelog holds id as double, "
-    "the events carry it as text) and LocalApplier.apply_table returns held({}, e) without 'from': "
-    "_apply_one's `more['from'] == last['from']` raises KeyError: the table is 'failed: KeyError: from' and the "
-    "run raises TablesNotAppliedError instead of saying 'held' with the changelog's fix"))
 def test_a_changelog_hold_met_while_releasing_a_quarantine_is_reported_held(src_db, make_cdc, tmp_path):
     with src_db.cursor() as cur:
         src_db.create_table(cur, "t", "id double precision PRIMARY KEY, v integer")
@@ -724,28 +703,33 @@ def test_held_from_the_start_released_by_a_drop_and_a_dump_of_all_tables(src_db,
 
 
 @POSTGRES
-@pytest.mark.xfail(strict=True, reason=(
-    "on Iceberg, the failed release of test_a_quarantine_between_the_case_hold_and_the_rename... "
-    "(settle rebuilding at a break whose shape has 'v' and 'V') runs drop_table(refused shape) before "
-    "ensure_table refuses it: the lake table is emptied and reshaped to (id, v, x, V) in a commit that keeps its "
-    "checkpoint, while the apply only says 'held': readers see 0 rows where the table had 3 at that checkpoint"))
-def test_a_release_that_fails_leaves_the_held_iceberg_table_as_it_was(src_db, make_cdc, tmp_path):
-    cdc, t = _setup(src_db, make_cdc, tmp_path, "iceberg")
+@LAKES
+def test_a_quarantine_in_a_shape_the_lake_refuses_leaves_the_table_as_it_was_until_the_fix(src_db, make_cdc,
+                                                                                          tmp_path, lake):
+    """Held for "V", then a quarantine (x narrowed) and a full dump, with no rename yet: the
+    apply stops, names the case clash to fix first, and the lake table is as it was (rows,
+    checkpoint: no drop in a shape it refuses); the rename and another dump release it."""
+    cdc, t = _setup(src_db, make_cdc, tmp_path, lake)
     _hold_by_case(cdc, src_db, t)
     target = open_target(cdc.cfg.target("lake"))
     schema = cdc.source.table_schema(t)
-    before = (target.count(schema), target.applied_pos("src", t))
+    before = (target.count(schema), target.applied_pos("src", t), target.columns(schema))
     with src_db.cursor() as cur:
         cur.execute("ALTER TABLE t ALTER COLUMN x TYPE smallint")
         cur.execute("UPDATE t SET x = 7 WHERE id = 1")
-        cdc.drain()
-        cur.execute('ALTER TABLE t RENAME COLUMN "V" TO v2')
-        cur.execute("UPDATE t SET v2 = 'three' WHERE id = 3")
     cdc.drain()
     _dump(cdc, DumpSpec("table", [t]))
     res = cdc.apply_local("lake")[t]
     assert res["status"] in ("held", "quarantined"), res
-    assert (target.count(schema), target.applied_pos("src", t)) == before, target.columns(schema)
+    assert "rename one at the source" in json.dumps(res), res
+    assert (target.count(schema), target.applied_pos("src", t), target.columns(schema)) == before
+    with src_db.cursor() as cur:
+        cur.execute('ALTER TABLE t RENAME COLUMN "V" TO v2')
+        cur.execute("UPDATE t SET v2 = 'three' WHERE id = 3")
+    cdc.drain()
+    _dump(cdc, DumpSpec("table", [t]))
+    _ok(_apply_all(cdc, "lake", t))
+    cdc.assert_equal("t", "u", target="lake")
 
 
 # -- 13. the hold and the fix inside transactions -----------------------------------------------------------
@@ -816,17 +800,11 @@ def test_a_key_moved_to_another_column_then_an_old_key_value_twice(src_db, make_
 
 # -- 15. a column named like dblog's own -----------------------------------------------------------------------
 
-DBLOG_POS_ON_DELTA = pytest.mark.xfail(strict=True, reason=(
-    "on Delta, a column \"_DBLOG_POS\" added (schema_changes evolve) is quarantined by kept_name_reused (its "
-    "message says 'schema_changes: lenient'), not held; after the rename and a full dump, quarantine.settle "
-    "rebuilds at that break in shape_at(break), which still has _DBLOG_POS: drop_table fails every apply "
-    "('Duplicate field name (case-insensitive): _dblog_pos'; the table 'failed', TablesNotAppliedError), every "
-    "later dump the same: the release never comes"))
 
 
 @POSTGRES
 @pytest.mark.parametrize("lake,name", [("delta", "_dblog_op"), ("iceberg", "_dblog_op"), ("iceberg", "_DBLOG_POS"),
-                                       pytest.param("delta", "_DBLOG_POS", marks=DBLOG_POS_ON_DELTA)])
+                                       ("delta", "_DBLOG_POS")])
 def test_a_column_named_like_dblogs_own_is_released_by_a_rename(src_db, make_cdc, tmp_path, lake, name):
     """A column named _dblog_op / _DBLOG_POS added (held: dblog's columns), written, renamed,
     written, a dump: the lake equals the source."""

@@ -197,6 +197,10 @@ class SqlSource:
     # -- schema versions (engine/schema_history.py) ----------------------------
     native_type: type   # the source's NativeColumn dataclass (set by the subclass)
 
+    def mark_shapes(self) -> None:
+        """Where the log says every change of shape at its place (a binlog's DDL), nothing to
+        mark; PostgreSQL marks them (postgres/watermarks.py)."""
+
     def describe_table(self, table: str) -> dict:
         """The table's shape as last read, JSON-able: what the log reader needs to decode
         its rows (a schema version, stored by the tail at the position it holds from)."""

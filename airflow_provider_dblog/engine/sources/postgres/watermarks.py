@@ -55,6 +55,30 @@ class WatermarkWrites:
             raise WatermarkError(f"watermark row of {self.watermark_table} is missing "
                                  "(run ensure_watermark_table)")
 
+    def _emit_shapes(self, cur) -> None:
+        cur.execute("SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND (n.nspname || '.' || c.relname) = ANY(%s)",
+                    (list(self.tables),))
+        present = [r[0] for r in cur.fetchall()]
+        cur.execute(f"SELECT pg_logical_emit_message(true, %s, ({SHAPES_SQL}))", (SHAPES_PREFIX, present))
+
+    def mark_shapes(self) -> None:
+        """The captured tables' shapes into the log alone (a logical message in its own short
+        transaction, no row written). A dump reads its log head after it (chunk_plan.py): a
+        table renamed or altered with no row written since is a version below that head, so
+        that dump releases what the change fixed (quarantine.releasing_dump)."""
+        with self._wm_lock:
+            self._wm_conn = self._alive(self._wm_conn)
+            with self._wm_conn.cursor() as cur:
+                cur.execute("BEGIN")
+                try:
+                    self._emit_shapes(cur)
+                    cur.execute("COMMIT")
+                except psycopg2.Error:
+                    if cur.connection.closed:
+                        raise
+                    cur.execute("ROLLBACK")   # (a table gone meanwhile: its watermarks tell)
+
     def _with_shapes(self, cur, query, value: str) -> int | None:
         """The watermark written after a logical message of the captured tables' shapes, in
         one short transaction (no lock taken: DESIGN invariant 4). A table that ALTERed with
@@ -65,11 +89,7 @@ class WatermarkWrites:
         None: not written (a table gone meanwhile)."""
         cur.execute("BEGIN")
         try:
-            cur.execute("SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n "
-                        "ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND (n.nspname || '.' || c.relname) = ANY(%s)",
-                        (list(self.tables),))
-            present = [r[0] for r in cur.fetchall()]
-            cur.execute(f"SELECT pg_logical_emit_message(true, %s, ({SHAPES_SQL}))", (SHAPES_PREFIX, present))
+            self._emit_shapes(cur)
             cur.execute(query, (value,))
             n = cur.rowcount
             cur.execute("COMMIT")
