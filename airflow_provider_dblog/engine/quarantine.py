@@ -44,6 +44,8 @@ from typing import Callable
 
 from .errors import TargetShapeError
 from .positions import Position
+from .schema_evolution import IGNORE
+from .schema_history import version_at
 from .targets.base import REBUILD, append_marked
 
 log = logging.getLogger(__name__)
@@ -160,10 +162,11 @@ def settle(target, state, source_name: str, table: str, versions: list,
     return None
 
 
-def refusal(target, schema) -> str:
-    """Why ``target`` cannot hold a table of ``schema``'s shape (its ``check_table``), or ""."""
+def refusal(target, schema, names: list[str] | None = None) -> str:
+    """Why ``target`` cannot hold a table of ``schema``'s shape (its ``check_table``; in the
+    columns ``names`` if given), or ""."""
     try:
-        target.check_table(schema)
+        target.check_table(schema, names)
         return ""
     except TargetShapeError as e:
         return str(e)
@@ -203,11 +206,17 @@ def release_refused_shape(target, state, source_name: str, table: str, versions:
     ``fix`` when it rebuilt, else None (the apply meets the refusal and holds, naming it)."""
     if not versions:
         return None
+    have = target.columns(table) if target.exists(table) else None
+
+    def refused(at: Position | None) -> str:   # (under ``ignore``, in the columns the target has)
+        version = (version_at(versions, at) if at is not None else versions[0][1]) or {}
+        ignored = have is not None and version.get("behaviour") == IGNORE
+        return refusal(target, shape_at(at), have if ignored else None)
     later = [at for at, _ in versions if (applied is None or at > applied) and at <= frontier]
-    bad = next((at for at in [applied] + later if refusal(target, shape_at(at))), False)
+    bad = next((at for at in [applied] + later if refused(at)), False)
     if bad is False:
         return None
-    fix = next((at for at in later if (bad is None or at > bad) and not refusal(target, shape_at(at))), None)
+    fix = next((at for at in later if (bad is None or at > bad) and not refused(at)), None)
     rid = None if fix is None else releasing_dump(state, table, fix)
     if rid is None:
         return None

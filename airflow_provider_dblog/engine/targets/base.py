@@ -105,7 +105,8 @@ class Target(Protocol):
 
     # its tables
     def exists(self, table: TableSchema | str) -> bool: ...
-    def check_table(self, table: TableSchema) -> None: ...        # TargetShapeError: a shape it cannot hold
+    def check_table(self, table: TableSchema, names: list[str] | None = None) -> None: ...   # TargetShapeError:
+    # a shape it cannot hold (``names``: the columns it would have, when not the source's)
     def ensure_table(self, table: TableSchema) -> bool: ...       # True if created
     def columns(self, table: TableSchema | str) -> list[str]: ...  # [] if absent
     def drop_table(self, table: TableSchema) -> None: ...

@@ -90,13 +90,13 @@ class DeltaTarget:   # implements targets.base.Target
     def exists(self, table: TableSchema | str) -> bool:
         return DeltaTable.is_deltatable(self.table_path(table), storage_options=self.options)
 
-    def check_table(self, table: TableSchema) -> None:
-        check_shape(table, "Delta", f"Delta target {self.config.name}")
+    def check_table(self, table: TableSchema, names: list[str] | None = None) -> None:
+        check_shape(table, "Delta", f"Delta target {self.config.name}", names)
 
     def ensure_table(self, table: TableSchema) -> bool:
-        self.check_table(table)
-        if self.exists(table):
+        if self.exists(table):   # (its later shapes are checked as they come: _evolve)
             return False
+        self.check_table(table)
         if self.local:
             Path(self.table_path(table)).mkdir(parents=True, exist_ok=True)
         try:
@@ -219,8 +219,8 @@ class DeltaTarget:   # implements targets.base.Target
 
     def _evolve(self, dt: DeltaTable, evolve: tuple, source: str, pos: Position) -> None:
         ev, new = evolve
-        check_shape(new, "Delta", f"Delta target {self.config.name}")
         data = evolved(dt.to_pyarrow_table(), ev, new, arrow_schema(new))
+        check_shape(new, "Delta", f"Delta target {self.config.name}", data.column_names)   # the carried ones
         # a value Delta cannot hold (e.g. an added column's fill value): refused, never clamped
         check_values(new, data, DELTA_RANGES, f"Delta target {self.config.name}", at=pos.encode())
         write_deltalake(dt, data, mode="overwrite", schema_mode="overwrite",

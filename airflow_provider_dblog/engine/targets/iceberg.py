@@ -123,13 +123,13 @@ class IcebergTarget:   # implements targets.base.Target
     def exists(self, table: TableSchema | str) -> bool:
         return self.catalog.table_exists(self.identifier(table))
 
-    def check_table(self, table: TableSchema) -> None:
-        check_shape(table, "iceberg", f"Iceberg target {self.config.name}")
+    def check_table(self, table: TableSchema, names: list[str] | None = None) -> None:
+        check_shape(table, "iceberg", f"Iceberg target {self.config.name}", names)
 
     def ensure_table(self, table: TableSchema) -> bool:
-        self.check_table(table)
-        if self.exists(table):
+        if self.exists(table):   # (its later shapes are checked as they come: _evolve)
             return False
+        self.check_table(table)
         try:
             txn = self.catalog.create_table_transaction(self.identifier(table), schema=arrow_schema(table),
                                                         properties=_PROPERTIES)
@@ -250,9 +250,9 @@ class IcebergTarget:   # implements targets.base.Target
     def _evolve(self, txn, t, evolve: tuple, source: str, pos: Position) -> None:
         """The rows rewritten in the new shape, in ``txn`` (one commit with the position)."""
         ev, new = evolve
-        check_shape(new, "iceberg", f"Iceberg target {self.config.name}")
         wanted = arrow_schema(new)
         data = evolved(t.scan().to_arrow(), ev, new, wanted)
+        check_shape(new, "iceberg", f"Iceberg target {self.config.name}", data.column_names)   # the carried ones
         check_values(new, data, ICEBERG_RANGES, f"Iceberg target {self.config.name}", at=pos.encode())
         reshape(txn, t.schema(), data.schema, ev.rename, new.key)
         with warnings.catch_warnings():

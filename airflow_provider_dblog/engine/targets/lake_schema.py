@@ -19,16 +19,18 @@ def arrow_schema(table: TableSchema) -> pa.Schema:
                                pa.field(OP_COLUMN, pa.string(), nullable=False)])
 
 
-def check_shape(table: TableSchema, kind: str, target: str) -> None:
+def check_shape(table: TableSchema, kind: str, target: str, names: list[str] | None = None) -> None:
     """Refuse (TargetShapeError: the table held on this target only) a shape the lake table
     cannot hold exactly: column names that differ only in case (Delta takes them as one;
     ``_dblog_pos`` and ``_dblog_op`` are ours), a key of unconstrained ``numeric`` (1.5 and
     1.50 are one key at the source, two texts in a lake table), or (Iceberg) a key of floats,
-    which cannot be identifier fields."""
+    which cannot be identifier fields. ``names``: the columns the lake table will have, when
+    not the source's (``ignore`` leaves some out, ``lenient`` keeps some)."""
     seen: dict[str, str] = {}
-    for name in table.column_names + [POS_COLUMN, OP_COLUMN]:
+    names = table.column_names if names is None else [n for n in names if n not in (POS_COLUMN, OP_COLUMN)]
+    for name in names + [POS_COLUMN, OP_COLUMN]:
         other = seen.setdefault(name.lower(), name)
-        if other != name or (name in (POS_COLUMN, OP_COLUMN) and name in table.column_names):
+        if other != name or (name in (POS_COLUMN, OP_COLUMN) and name in names):
             raise TargetShapeError(
                 f"{table.qualified}: columns {other!r} and {name!r} are one column to a {kind} table (names "
                 f"compared without case, {POS_COLUMN} / {OP_COLUMN} are dblog's): the table is held on {target} "

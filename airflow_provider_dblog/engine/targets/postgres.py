@@ -134,7 +134,7 @@ class PostgresTarget:  # implements targets.base.Target
         cur.execute("SELECT to_regclass(%s) IS NOT NULL", (self.qualified_stage(name),))
         return bool(cur.fetchone()[0])
 
-    def check_table(self, table: TableSchema) -> None:
+    def check_table(self, table: TableSchema, names: list[str] | None = None) -> None:
         """Every shape a source gives is a PostgreSQL table's (logical_types.postgres_type)."""
 
     def ensure_table(self, table: TableSchema) -> bool:
