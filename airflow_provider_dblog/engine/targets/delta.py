@@ -47,7 +47,7 @@ from .delta_keys import collapse, merged, pending, touched_twice
 from .delta_maintain import (APPLIED, KeySpan, MaintainReport, applied_in, maintain as maintain_table,
                              quote_name as _q, spooled, store_files, table_configuration)
 from .lake_rows import orphans
-from .lake_schema import arrow_schema, check_shape
+from .lake_schema import arrow_schema, carried, check_shape
 from .lake_values import DELTA_RANGES, ValueGuard, ValueRanges, check_values
 from .pg_tables import target_table_name
 
@@ -220,7 +220,7 @@ class DeltaTarget:   # implements targets.base.Target
     def _evolve(self, dt: DeltaTable, evolve: tuple, source: str, pos: Position) -> None:
         ev, new = evolve
         data = evolved(dt.to_pyarrow_table(), ev, new, arrow_schema(new))
-        check_shape(new, "Delta", f"Delta target {self.config.name}", data.column_names)   # the carried ones
+        check_shape(new, "Delta", f"Delta target {self.config.name}", carried(new, data))
         # a value Delta cannot hold (e.g. an added column's fill value): refused, never clamped
         check_values(new, data, DELTA_RANGES, f"Delta target {self.config.name}", at=pos.encode())
         write_deltalake(dt, data, mode="overwrite", schema_mode="overwrite",

@@ -48,7 +48,7 @@ from .iceberg_commits import NO_RETRY, refusing_retries
 from .iceberg_evolve import reshape
 from .iceberg_rows import affected_files, matched
 from .lake_rows import orphans
-from .lake_schema import arrow_schema, check_shape
+from .lake_schema import arrow_schema, carried, check_shape
 from .lake_values import ICEBERG_RANGES, ValueRanges, check_values
 from .pg_tables import target_table_name
 
@@ -250,9 +250,8 @@ class IcebergTarget:   # implements targets.base.Target
     def _evolve(self, txn, t, evolve: tuple, source: str, pos: Position) -> None:
         """The rows rewritten in the new shape, in ``txn`` (one commit with the position)."""
         ev, new = evolve
-        wanted = arrow_schema(new)
-        data = evolved(t.scan().to_arrow(), ev, new, wanted)
-        check_shape(new, "iceberg", f"Iceberg target {self.config.name}", data.column_names)   # the carried ones
+        data = evolved(t.scan().to_arrow(), ev, new, arrow_schema(new))
+        check_shape(new, "iceberg", f"Iceberg target {self.config.name}", carried(new, data))
         check_values(new, data, ICEBERG_RANGES, f"Iceberg target {self.config.name}", at=pos.encode())
         reshape(txn, t.schema(), data.schema, ev.rename, new.key)
         with warnings.catch_warnings():

@@ -19,6 +19,13 @@ def arrow_schema(table: TableSchema) -> pa.Schema:
                                pa.field(OP_COLUMN, pa.string(), nullable=False)])
 
 
+def carried(new: TableSchema, data: pa.Table) -> list[str]:
+    """The source's columns a lake table evolved to ``new`` has (``data``: its rows in the new
+    shape): ``ignore`` leaves added ones out. (Columns kept by ``lenient``, gone at the source,
+    are schema_evolution.kept_name_reused's.)"""
+    return [c for c in new.column_names if c in data.column_names]
+
+
 def check_shape(table: TableSchema, kind: str, target: str, names: list[str] | None = None) -> None:
     """Refuse (TargetShapeError: the table held on this target only) a shape the lake table
     cannot hold exactly: column names that differ only in case (Delta takes them as one;
