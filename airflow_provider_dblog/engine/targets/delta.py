@@ -272,13 +272,13 @@ class DeltaTarget:   # implements targets.base.Target
                                     commit_properties=self._commit(source, new_pos))
             else:
                 since = applied.encode() if applied else None   # (a crash before its collapse: delta_keys.pending)
-                execute = (dt.merge(data, predicate=match, source_alias="s", target_alias="t",
-                                    commit_properties=self._commit(source, new_pos if moved else applied,
-                                                                   **merged(staged, deletes[0], since)))
-                           .when_matched_delete(predicate=f"{is_delete} AND {newer}")
-                           .when_matched_update(updates=cols, predicate=f"NOT ({is_delete}) AND {newer}")
-                           .when_not_matched_insert(updates=cols, predicate=f"NOT ({is_delete})")
-                           .execute)
+                merger = dt.merge(data, predicate=match, source_alias="s", target_alias="t",
+                                  commit_properties=self._commit(source, new_pos if moved else applied,
+                                                                 **merged(staged, deletes[0], since)))
+                if not span.misses(dt):   # (keys no file can hold, e.g. new ones past the table's: inserts only)
+                    merger = (merger.when_matched_delete(predicate=f"{is_delete} AND {newer}")
+                              .when_matched_update(updates=cols, predicate=f"NOT ({is_delete}) AND {newer}"))
+                execute = merger.when_not_matched_insert(updates=cols, predicate=f"NOT ({is_delete})").execute
             version = dt.version()
             metrics = guard.run(execute)   # a refused value raised as itself, not as delta-rs's wrapping of it
         if staged and touched_twice(metrics, staged, deletes[0]):   # a key held twice: one row each (delta_keys.py)

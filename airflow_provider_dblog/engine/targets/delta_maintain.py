@@ -90,11 +90,13 @@ class KeySpan:
         self.lead: list[pa.Array] = []              # the leading column's distinct values, per page
         self.bounds: list[tuple] = [(None, None)] * len(key)
         self.rows = 0
+        self._ranges: list[tuple] | None = None
 
     def add(self, page: pa.Table) -> None:
         if not page.num_rows:
             return
         self.rows += page.num_rows
+        self._ranges = None
         if _bounded(self.types[0]):
             self.lead.append(pc.unique(page[self.key[0]].combine_chunks()))
         for i, k in enumerate(self.key[1:], 1):
@@ -105,9 +107,31 @@ class KeySpan:
             self.bounds[i] = (mm["min"] if lo is None else min(lo, mm["min"]),
                               mm["max"] if hi is None else max(hi, mm["max"]))
 
+    def misses(self, dt) -> bool:
+        """Whether no file of ``dt`` can hold a key of the batch: each file's statistics of
+        the leading key column (an integer: exact) lie outside the batch's ranges; a file
+        without them may hold any key. Such a batch's MERGE needs no matched clauses (it
+        still reads the same key ranges: a racing commit into them conflicts as before)."""
+        if not self.rows or not pa.types.is_signed_integer(self.types[0]) or not self.lead:
+            return False
+        files = pa.table(dt.get_add_actions(flatten=True))
+        lo_col, hi_col = f"min.{self.key[0]}", f"max.{self.key[0]}"
+        if files.num_rows == 0:
+            return True
+        if lo_col not in files.column_names or hi_col not in files.column_names or \
+                files[lo_col].null_count or files[hi_col].null_count:
+            return False
+        lo, hi = files[lo_col].to_numpy(), files[hi_col].to_numpy()
+        return not any(np.any((lo <= b) & (hi >= a)) for a, b in self._lead_ranges())
+
     def _lead_ranges(self) -> list[tuple]:
         if not self.lead:
             return []
+        if self._ranges is None:
+            self._ranges = self._ranges_of_lead()
+        return self._ranges
+
+    def _ranges_of_lead(self) -> list[tuple]:
         values = pc.unique(pa.chunked_array(self.lead, self.types[0]))
         values = values.take(pc.sort_indices(values))
         if pa.types.is_integer(self.types[0]) and len(values) > 1:
