@@ -27,53 +27,13 @@ from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.targets import open_target
-from airflow_provider_dblog.engine.targets.changelog import changelog_name
-from airflow_provider_dblog.engine.verify_run import run_verify
 from helpers import lake_target
+from lake_steps import (MARKERS, apply_all as _apply_all, changelog as _changelog, dump as _dump,
+                        ok as _ok, replay as _replay, source_rows as _source_rows, verify as _verify)
 
 POSTGRES = pytest.mark.parametrize("src_db", ["postgres"], indirect=True)
 MARIADB = pytest.mark.parametrize("src_db", ["mariadb"], indirect=True)
 LAKES = pytest.mark.parametrize("lake", ["delta", "iceberg"])
-MARKERS = ("sweep", "rebuild")
-
-
-def _ok(res) -> None:
-    assert res["status"] in ("applied", "up_to_date", "empty"), json.dumps(res, default=str)
-
-
-def _dump(cdc, spec: DumpSpec) -> None:
-    rid = cdc.request(spec)
-    DumpRunner(cdc.source, cdc.state, cdc.store, LocalChunkReader(cdc.source), cdc.cfg.dump).run(rid)
-    assert cdc.state.request(rid)["status"] == "done", cdc.state.request(rid)
-    cdc.drain()
-
-
-def _apply_all(cdc, target: str, table: str, runs: int = 6, via: str = "local") -> dict:
-    """Applies until the table is up to date (a batch ends at each change; one run takes
-    every change up to the frontier, a second says so)."""
-    res = None
-    for _ in range(runs):
-        res = (cdc.apply_local(target) if via == "local" else cdc.apply_spark(target)["tables"])[table]
-        if res["status"] != "applied":
-            break
-    return res
-
-
-def _changelog(target, schema) -> list[dict]:
-    name = changelog_name(schema)
-    if target.config.kind == "delta":
-        data = DeltaTable(f"{target.root}/{name}").to_pyarrow_table()
-    else:
-        data = target.catalog.load_table((target.namespace, name)).scan().to_arrow()
-    return sorted(data.to_pylist(), key=lambda r: (r["_dblog_pos"], r["op"] in MARKERS))
-
-
-def _source_rows(src_db, table: str, cols: list[str], key: str = "id") -> list[tuple]:
-    q = (lambda n: "`" + n.replace("`", "``") + "`") if src_db.kind == "mysql" else \
-        (lambda n: '"' + n.replace('"', '""') + '"')
-    with src_db.cursor() as cur:
-        cur.execute(f"SELECT {', '.join(q(c) for c in cols)} FROM {table} ORDER BY {q(key)}")
-        return [tuple(r) for r in cur.fetchall()]
 
 
 def _lake_rows(cdc, target: str, table: str, cols: list[str], key: str = "id") -> list[tuple]:
@@ -98,29 +58,6 @@ def _same(cdc, src_db, cols: list[str], table: str = "t", target: str = "lake") 
         return [tuple(str(v) if isinstance(v, decimal.Decimal) else v for v in r) for r in rows]
     lake, src = norm(_lake_rows(cdc, target, table, cols)), norm(_source_rows(src_db, table, cols))
     assert lake == src, f"{cols}\nlake   {lake}\nsource {src}"
-
-
-def _verify(cdc, target: str, table: str) -> dict:
-    """``dblog verify`` of one table (run_verify, chunks read in-process) while applies run
-    beside it (it waits for the target to reach its chunks' HW)."""
-    import threading
-    stop, errors = threading.Event(), []
-
-    def applying():
-        while not stop.is_set():
-            try:
-                cdc.apply_local(target)
-            except Exception as e:  # noqa: BLE001 - surfaced below
-                errors.append(e)
-            stop.wait(0.3)
-    th = threading.Thread(target=applying, daemon=True)
-    th.start()
-    try:
-        return run_verify(cdc.cfg, target, DumpSpec("table", [table]), wait_s=60)
-    finally:
-        stop.set()
-        th.join(60)
-        assert not errors, errors
 
 
 # -- 1. schema changes under each policy ----------------------------------------------------------------
@@ -326,8 +263,6 @@ def test_ignore_rename_then_old_name_added_again_on_the_postgres_target(src_db, 
     cdc.assert_equal("t")
 
 
-
-
 # -- 2. TRUNCATE then the same keys ---------------------------------------------------------------------
 
 
@@ -404,18 +339,6 @@ def test_a_truncate_and_the_same_keys_again_between_the_chunks_of_a_dump_not_yet
         _same(cdc, src_db, ["id", "v", "s"], target=name)
         log = _changelog(open_target(cdc.cfg.target(name)), schema)
         assert _replay(log, schema.column_names) == _source_rows(src_db, "t", ["id", "v", "s"]), name
-
-
-def _replay(log: list[dict], cols: list[str], key: str = "id") -> list[tuple]:
-    state: dict = {}
-    for r in log:
-        if r["op"] in ("truncate", "rebuild"):
-            state.clear()
-        elif r["op"] in ("delete", "sweep"):
-            state.pop(r["before"][key], None)
-        else:
-            state[r["after"][key]] = tuple(r["after"][c] for c in cols)
-    return [state[k] for k in sorted(state)]
 
 
 # -- 3. maintenance between applies and inside a key-list repair -------------------------------------
@@ -592,8 +515,6 @@ def test_odd_table_and_column_names_and_edge_values_on_both_lakes(src_db, make_c
 
 
 # -- 1b. renames by case, renames back, widened keys -------------------------------------------------
-
-
 
 
 @pytest.mark.parametrize("lake,policy", [("delta", "evolve"), ("iceberg", "evolve"),
@@ -817,7 +738,6 @@ def test_verify_of_a_lake_table_missing_a_column_ignore_did_not_carry(src_db, ma
     out = _verify(cdc, "lake", table)
     assert out["equal"], json.dumps(out, default=str)[:3000]
     assert out["tables"][table]["not_carried"] == ["x"], out["tables"][table]   # said, not hidden
-
 
 
 # -- the Spark apply path on the same inputs (each ~10 s) ---------------------------------------------

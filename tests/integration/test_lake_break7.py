@@ -17,97 +17,23 @@ from __future__ import annotations
 import json
 
 import pytest
-from deltalake import DeltaTable
 
 from airflow_provider_dblog.engine.dump import DumpRunner
 from airflow_provider_dblog.engine.local_chunks import LocalChunkReader
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.targets import open_target
-from airflow_provider_dblog.engine.targets.changelog import changelog_name
-from airflow_provider_dblog.engine.verify_run import run_verify
 from helpers import lake_target
+from lake_steps import (apply_all as _apply_all, changelog as _changelog, dump as _dump, ok as _ok,
+                        replay as _replay, source_rows as _source_rows, verify as _verify)
 
 POSTGRES = pytest.mark.parametrize("src_db", ["postgres"], indirect=True)
 LAKES = pytest.mark.parametrize("lake", ["delta", "iceberg"])
-MARKERS = ("sweep", "rebuild")
-
-
-def _ok(res) -> None:
-    assert res["status"] in ("applied", "up_to_date", "empty"), json.dumps(res, default=str)
-
-
-def _dump(cdc, spec: DumpSpec, max_chunks: int | None = None) -> str:
-    rid = cdc.request(spec)
-    DumpRunner(cdc.source, cdc.state, cdc.store, LocalChunkReader(cdc.source), cdc.cfg.dump).run(rid, max_chunks)
-    if max_chunks is None:
-        assert cdc.state.request(rid)["status"] == "done", cdc.state.request(rid)
-        cdc.drain()
-    return rid
 
 
 def _finish(cdc, rid: str) -> None:
     DumpRunner(cdc.source, cdc.state, cdc.store, LocalChunkReader(cdc.source), cdc.cfg.dump).run(rid)
     assert cdc.state.request(rid)["status"] == "done", cdc.state.request(rid)
     cdc.drain()
-
-
-def _apply_all(cdc, target: str, table: str, runs: int = 6, via: str = "local") -> dict:
-    res = None
-    for _ in range(runs):
-        res = (cdc.apply_local(target) if via == "local" else cdc.apply_spark(target)["tables"])[table]
-        if res["status"] != "applied":
-            break
-    return res
-
-
-def _changelog(target, schema) -> list[dict]:
-    name = changelog_name(schema)
-    if target.config.kind == "delta":
-        data = DeltaTable(f"{target.root}/{name}").to_pyarrow_table()
-    else:
-        data = target.catalog.load_table((target.namespace, name)).scan().to_arrow()
-    return sorted(data.to_pylist(), key=lambda r: (r["_dblog_pos"], r["op"] in MARKERS))
-
-
-def _replay(log: list[dict], cols: list[str], key: str = "id") -> list[tuple]:
-    state: dict = {}
-    for r in log:
-        if r["op"] in ("truncate", "rebuild"):
-            state.clear()
-        elif r["op"] in ("delete", "sweep"):
-            state.pop(r["before"][key], None)
-        else:
-            state[r["after"][key]] = tuple(r["after"][c] for c in cols)
-    return [state[k] for k in sorted(state)]
-
-
-def _source_rows(src_db, table: str, cols: list[str], key: str = "id") -> list[tuple]:
-    q = lambda n: '"' + n.replace('"', '""') + '"'   # noqa: E731
-    with src_db.cursor() as cur:
-        cur.execute(f"SELECT {', '.join(q(c) for c in cols)} FROM {table} ORDER BY {q(key)}")
-        return [tuple(r) for r in cur.fetchall()]
-
-
-def _verify(cdc, target: str, table: str) -> dict:
-    """``dblog verify`` of one table (run_verify) while applies run beside it."""
-    import threading
-    stop, errors = threading.Event(), []
-
-    def applying():
-        while not stop.is_set():
-            try:
-                cdc.apply_local(target)
-            except Exception as e:  # noqa: BLE001 - surfaced below
-                errors.append(e)
-            stop.wait(0.3)
-    th = threading.Thread(target=applying, daemon=True)
-    th.start()
-    try:
-        return run_verify(cdc.cfg, target, DumpSpec("table", [table]), wait_s=60)
-    finally:
-        stop.set()
-        th.join(60)
-        assert not errors, errors
 
 
 def _versions(cdc, table: str):
@@ -127,6 +53,15 @@ def _setup(src_db, make_cdc, tmp_path, lake, changelog=False, cols="id integer P
     return cdc, f"{cdc.db}.t"
 
 
+def _released_by_a_dump(cdc, t: str) -> None:
+    """Still held after the fix at the source (only a dump read after it brings the rows
+    back); a full dump of the table; then applied, and the lake equals the source."""
+    assert _apply_all(cdc, "lake", t)["status"] == "held"
+    _dump(cdc, DumpSpec("table", [t]))
+    _ok(_apply_all(cdc, "lake", t))
+    cdc.assert_equal("t", "u", target="lake")
+
+
 def _hold_by_case(cdc, src_db, t):
     """ "V" added, written: the lake holds t."""
     _ok(cdc.apply_local("lake")[t])
@@ -140,7 +75,6 @@ def _hold_by_case(cdc, src_db, t):
 
 
 # -- 1. a quarantine (narrowing) between the hold and the rename ----------------------------------------
-
 
 
 @POSTGRES
@@ -236,7 +170,6 @@ def test_a_crash_after_the_rebuilds_drop_is_redone(src_db, make_cdc, tmp_path, l
     assert _replay(log, ["id", "v", "v2"]) == _source_rows(src_db, "t", ["id", "v", "v2"]), log
 
 
-
 # -- 3. the rename with no write after it, then the dump the message asks for ---------------------------
 
 @POSTGRES
@@ -256,7 +189,6 @@ def test_a_rename_with_no_write_after_it_then_one_dump_releases(src_db, make_cdc
     cdc.assert_equal("t", target="tgt")
     _ok(_apply_all(cdc, "lake", t))
     cdc.assert_equal("t", "u", target="lake")
-
 
 
 # -- 4. the bad shape again before the dump, fixed again ------------------------------------------------
@@ -322,10 +254,7 @@ def test_renamed_once_dumped_then_the_clash_again_stays_held_until_its_own_dump(
         cur.execute('ALTER TABLE t RENAME COLUMN "V" TO v3')
         cur.execute("UPDATE t SET v3 = 6 WHERE id = 1")
     cdc.drain()
-    assert _apply_all(cdc, "lake", t)["status"] == "held"
-    _dump(cdc, DumpSpec("table", [t]))
-    _ok(_apply_all(cdc, "lake", t))
-    cdc.assert_equal("t", "u", target="lake")
+    _released_by_a_dump(cdc, t)
 
 
 # -- 5. dropped instead of renamed; renamed into another clash ----------------------------------------
@@ -377,10 +306,7 @@ def test_renamed_into_another_clash_then_out_of_it(src_db, make_cdc, tmp_path, l
         cur.execute('ALTER TABLE t RENAME COLUMN "X" TO y')
         cur.execute("UPDATE t SET y = 'yy' WHERE id = 3")
     cdc.drain()
-    assert _apply_all(cdc, "lake", t)["status"] == "held"
-    _dump(cdc, DumpSpec("table", [t]))
-    _ok(_apply_all(cdc, "lake", t))
-    cdc.assert_equal("t", "u", target="lake")
+    _released_by_a_dump(cdc, t)
 
 
 # -- 6. a dump that began before the fix and finished after ------------------------------------------
@@ -405,7 +331,6 @@ def test_a_dump_begun_before_the_rename_and_finished_after_releases_nothing(src_
     _dump(cdc, DumpSpec("table", [t]))
     _ok(_apply_all(cdc, "lake", t))
     cdc.assert_equal("t", "u", target="lake")
-
 
 
 # -- 7. under lenient / ignore --------------------------------------------------------------------------
@@ -581,7 +506,6 @@ def test_a_mariadb_double_key_on_iceberg_fixed_to_decimal(src_db, make_cdc, tmp_
     _dump(cdc, DumpSpec("table", [t]))
     _ok(_apply_all(cdc, "ice", t))
     cdc.assert_equal("t", target="ice")
-
 
 
 @POSTGRES
@@ -771,7 +695,6 @@ def test_the_clash_and_its_rename_inside_transactions(src_db, make_cdc, tmp_path
         assert _replay(log, cols) == _source_rows(src_db, "t", cols), log
 
 
-
 # -- 14. the key moved to another column --------------------------------------------------------------------
 
 @pytest.mark.parametrize("target", ["lake", "tgt"])
@@ -802,7 +725,6 @@ def test_a_key_moved_to_another_column_then_an_old_key_value_twice(src_db, make_
 
 
 # -- 15. a column named like dblog's own -----------------------------------------------------------------------
-
 
 
 @POSTGRES
