@@ -219,8 +219,9 @@ class DeltaTarget:   # implements targets.base.Target
 
     def _evolve(self, dt: DeltaTable, evolve: tuple, source: str, pos: Position) -> None:
         ev, new = evolve
+        have = pa.schema(dt.schema().to_arrow()).names
+        check_shape(new, "Delta", f"Delta target {self.config.name}", carried(new, ev, have))
         data = evolved(dt.to_pyarrow_table(), ev, new, arrow_schema(new))
-        check_shape(new, "Delta", f"Delta target {self.config.name}", carried(new, data))
         # a value Delta cannot hold (e.g. an added column's fill value): refused, never clamped
         check_values(new, data, DELTA_RANGES, f"Delta target {self.config.name}", at=pos.encode())
         write_deltalake(dt, data, mode="overwrite", schema_mode="overwrite",

@@ -250,8 +250,8 @@ class IcebergTarget:   # implements targets.base.Target
     def _evolve(self, txn, t, evolve: tuple, source: str, pos: Position) -> None:
         """The rows rewritten in the new shape, in ``txn`` (one commit with the position)."""
         ev, new = evolve
+        check_shape(new, "iceberg", f"Iceberg target {self.config.name}", carried(new, ev, t.schema().column_names))
         data = evolved(t.scan().to_arrow(), ev, new, arrow_schema(new))
-        check_shape(new, "iceberg", f"Iceberg target {self.config.name}", carried(new, data))
         check_values(new, data, ICEBERG_RANGES, f"Iceberg target {self.config.name}", at=pos.encode())
         reshape(txn, t.schema(), data.schema, ev.rename, new.key)
         with warnings.catch_warnings():

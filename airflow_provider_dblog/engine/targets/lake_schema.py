@@ -19,11 +19,13 @@ def arrow_schema(table: TableSchema) -> pa.Schema:
                                pa.field(OP_COLUMN, pa.string(), nullable=False)])
 
 
-def carried(new: TableSchema, data: pa.Table) -> list[str]:
-    """The source's columns a lake table evolved to ``new`` has (``data``: its rows in the new
-    shape): ``ignore`` leaves added ones out. (Columns kept by ``lenient``, gone at the source,
-    are schema_evolution.kept_name_reused's.)"""
-    return [c for c in new.column_names if c in data.column_names]
+def carried(new: TableSchema, ev, have: list[str]) -> list[str]:
+    """The source's columns a lake table has after the change ``ev`` to ``new`` (``have``:
+    its columns before): those it had and those the change adds, renames or copies to;
+    ``ignore`` leaves added ones out. (Columns kept by ``lenient``, gone at the source, are
+    schema_evolution.kept_name_reused's.)"""
+    brought = set(ev.add) | {b for _, b in ev.rename} | {b for _, b in ev.copy}
+    return [c for c in new.column_names if c not in ev.skip and (c in have or c in brought)]
 
 
 def check_shape(table: TableSchema, kind: str, target: str, names: list[str] | None = None) -> None:
@@ -34,7 +36,7 @@ def check_shape(table: TableSchema, kind: str, target: str, names: list[str] | N
     which cannot be identifier fields. ``names``: the columns the lake table will have, when
     not the source's (``ignore`` leaves some out, ``lenient`` keeps some)."""
     seen: dict[str, str] = {}
-    names = table.column_names if names is None else [n for n in names if n not in (POS_COLUMN, OP_COLUMN)]
+    names = table.column_names if names is None else names
     for name in names + [POS_COLUMN, OP_COLUMN]:
         other = seen.setdefault(name.lower(), name)
         if other != name or (name in (POS_COLUMN, OP_COLUMN) and name in names):
