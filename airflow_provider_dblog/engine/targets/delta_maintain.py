@@ -87,7 +87,8 @@ class KeySpan:
 
     def __init__(self, key: list[str], schema: pa.Schema):
         self.key, self.types = key, [schema.field(k).type for k in key]
-        self.lead: list[pa.Array] = []              # the leading column's distinct values, per page
+        self.lead: list[pa.Array] = []              # the leading column's values, per page
+        self.spans: list[tuple] | None = []         # per page (integers): (min, max) when no wider than its rows
         self.bounds: list[tuple] = [(None, None)] * len(key)
         self.rows = 0
         self._ranges: list[tuple] | None = None
@@ -98,7 +99,14 @@ class KeySpan:
         self.rows += page.num_rows
         self._ranges = None
         if _bounded(self.types[0]):
-            self.lead.append(pc.unique(page[self.key[0]].combine_chunks()))
+            col = page[self.key[0]].combine_chunks()
+            self.lead.append(col)
+            if self.spans is not None and pa.types.is_integer(self.types[0]):
+                mm = pc.min_max(col).as_py()   # a dense page (e.g. new keys in order): its span, no sort
+                dense = mm["max"] - mm["min"] < page.num_rows
+                self.spans = self.spans + [(mm["min"], mm["max"])] if dense else None
+            else:
+                self.spans = None
         for i, k in enumerate(self.key[1:], 1):
             if not _bounded(self.types[i]):
                 continue
@@ -132,6 +140,15 @@ class KeySpan:
         return self._ranges
 
     def _ranges_of_lead(self) -> list[tuple]:
+        if self.spans:   # every page dense: their spans, joined where they touch (each holds every key of its page)
+            joined: list[list] = []
+            for lo, hi in sorted(self.spans):
+                if joined and lo <= joined[-1][1] + 1:
+                    joined[-1][1] = max(joined[-1][1], hi)
+                else:
+                    joined.append([lo, hi])
+            if len(joined) <= MAX_RANGES:
+                return [(lo, hi) for lo, hi in joined]
         values = pc.unique(pa.chunked_array(self.lead, self.types[0]))
         values = values.take(pc.sort_indices(values))
         if pa.types.is_integer(self.types[0]) and len(values) > 1:
