@@ -206,12 +206,14 @@ def release_refused_shape(target, state, source_name: str, table: str, versions:
     ``fix`` when it rebuilt, else None (the apply meets the refusal and holds, naming it)."""
     if not versions:
         return None
-    have = target.columns(table) if target.exists(table) else None
+    have: list = []   # the target's columns, read once and only for an ``ignore`` version (none on most applies)
 
     def refused(at: Position | None) -> str:   # (under ``ignore``, in the columns the target has)
         version = (version_at(versions, at) if at is not None else versions[0][1]) or {}
-        ignored = have is not None and version.get("behaviour") == IGNORE
-        return refusal(target, shape_at(at), have if ignored else None)
+        if version.get("behaviour") == IGNORE and not have:
+            have.append(target.columns(table) if target.exists(table) else None)
+        names = have[0] if version.get("behaviour") == IGNORE else None
+        return refusal(target, shape_at(at), names)
     later = [at for at, _ in versions if (applied is None or at > applied) and at <= frontier]
     bad = next((at for at in [applied] + later if refused(at)), False)
     if bad is False:

@@ -47,14 +47,12 @@ def test_generated_batches_leave_the_newest_event_of_every_key_once(tmp_path_fac
                                       path=str(tmp_path_factory.mktemp("delta"))))
     target.ensure_table(SCHEMA)
     model: dict[int, int] = {}
-    insert_only = 0
     for n, events in enumerate(batches, start=1):
         page = _page(events, n)
         span = KeySpan(["id"], page.schema)
         span.add(page)
         held = {r["id"] for r in target.read(SCHEMA).to_pylist()}
         if span.misses(DeltaTable(target.table_path(SCHEMA))):
-            insert_only += 1
             assert not held & set(page["id"].to_pylist()), (held, page)   # sound: no key it holds
         target.merge_batch(SCHEMA, page, SOURCE, Position(n, 1, 0), run_id=f"r{n}")
         for r in page.to_pylist():
