@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 import time
 
 import pymysql
 
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.sources.mysql import binlog_file_number
+
+from .sources import finish
 
 HOST = os.environ.get("DBLOG_BENCH_MYSQL_HOST", "127.0.0.1")
 PORT = int(os.environ.get("DBLOG_BENCH_MYSQL_PORT", "13306"))
@@ -139,3 +144,60 @@ class MySQLBench:
             stream.close()
         secs = time.monotonic() - t0
         return {"events": seen, "seconds": round(secs, 3), "events_per_s": round(seen / secs, 1)}
+
+    # -- the physical limit: MariaDB's own C decoder over the same range ----------------
+    def _log_files(self, first: str, last: str) -> list[str]:
+        conn = self.connect(None)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW BINARY LOGS")
+                names = [str(r[0]) for r in cur.fetchall()]
+        finally:
+            conn.close()
+        return names[names.index(first):names.index(last) + 1]
+
+    def physical_read(self, resume: dict, end: dict, n_events: int, tables: list[str],
+                      wm_namespace: str) -> dict:
+        """The C baseline: ``mariadb-binlog --read-from-remote-server -v
+        --base64-output=DECODE-ROWS`` (MariaDB's own decoder: every row image decoded
+        and printed as pseudo-SQL) over the pre-written range, from ``resume`` to
+        ``end`` (the binlog head after the writes), rows of the bench database only
+        (``--database``, like the bare loop's only_schemas). A range over several files
+        is read one process per file (start position on the first, stop position on the
+        last: each process's options apply to its own file). A first run's output is
+        parsed to count the row changes (must equal ``n_events``); the timed second
+        run writes to /dev/null. The password goes in MYSQL_PWD, never on the line."""
+        tool = shutil.which("mariadb-binlog") or shutil.which("mysqlbinlog")
+        if not tool:
+            raise RuntimeError("physical_read: no mariadb-binlog nor mysqlbinlog on PATH "
+                               "(Debian: apt-get install mariadb-client)")
+        files = self._log_files(resume["file"], end["file"])
+        cmds = [[tool, "--read-from-remote-server", f"--host={HOST}", f"--port={PORT}", f"--user={USER}",
+                 "-v", "--base64-output=DECODE-ROWS", f"--database={self.db}"]
+                + ([f"--start-position={resume['pos']}"] if i == 0 else [])
+                + ([f"--stop-position={end['pos']}"] if i == len(files) - 1 else []) + [f]
+                for i, f in enumerate(files)]
+        env = dict(os.environ)
+        env.pop("MYSQL_PWD", None)
+        if PASSWORD:
+            env["MYSQL_PWD"] = PASSWORD
+        counted = 0
+        for cmd in cmds:
+            err = tempfile.TemporaryFile()
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env)
+            for line in proc.stdout:
+                if line.startswith((b"### INSERT INTO ", b"### UPDATE ", b"### DELETE FROM ")):
+                    counted += 1
+            finish(proc, cmd, err)
+        if counted != n_events:
+            raise RuntimeError(f"physical_read: {tool} decoded {counted} row changes of {self.db} in "
+                               f"{resume} .. {end}, not the {n_events} written")
+        t0 = time.monotonic()
+        for cmd in cmds:
+            err = tempfile.TemporaryFile()
+            finish(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env), cmd, err)
+        secs = time.monotonic() - t0
+        version = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout.strip()
+        return {"tool": os.path.basename(tool), "version": version, "files": files, "events": counted,
+                "seconds": round(secs, 3), "events_per_s": round(counted / secs, 1)}
+

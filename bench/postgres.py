@@ -11,8 +11,13 @@ no slot ever decodes them.
 """
 from __future__ import annotations
 
+import glob
 import os
 import select
+import shutil
+import struct
+import subprocess
+import tempfile
 import time
 
 import psycopg2
@@ -20,6 +25,8 @@ import psycopg2.extras
 
 from airflow_provider_dblog.engine.positions import Position
 from airflow_provider_dblog.engine.sources.postgres import lsn_to_int
+
+from .sources import finish
 
 HOST = os.environ.get("DBLOG_BENCH_PG_HOST", "127.0.0.1")
 PORT = int(os.environ.get("DBLOG_BENCH_PG_PORT", "15432"))
@@ -36,6 +43,8 @@ class PostgresBench:
         self.db = f"bench_{run_id}"
         self.namespaces: list[str] = []
         self.bare_slot = f"bench_{run_id}_bare"   # the baseline reader's own slot
+        # pg_recvlogical's: one timed (output to /dev/null), one whose output is counted
+        self.recv_slots = (f"bench_{run_id}_recv", f"bench_{run_id}_recvcount")
 
     # -- connections -------------------------------------------------------------
     def connect(self, db: str | None = "") -> psycopg2.extensions.connection:
@@ -164,12 +173,13 @@ class PostgresBench:
         the engine's resume dict ({"lsn": "X/Y"}, what a PostgreSQL checkpoint holds).
 
         The engine's slots must exist already (phases.tail runs prepare_log first).
-        The baseline's own slot is created here, before the writes, so both read the
-        same retained WAL from the same start; bare_read drops it."""
+        The baselines' own slots are created here, before the writes, so all read the
+        same retained WAL from the same start; bare_read and physical_read drop them."""
         conn = self.connect()
         try:
             with conn.cursor() as cur:
-                cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.bare_slot,))
+                for slot in (self.bare_slot, *self.recv_slots):
+                    cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
             start = self.log_end()
             half = n // 2
             with conn.cursor() as cur:
@@ -237,10 +247,128 @@ class PostgresBench:
             self._drop_bare_slot()
         return {"events": seen, "seconds": round(secs, 3), "events_per_s": round(seen / secs, 1)}
 
-    def _drop_bare_slot(self) -> None:
+    def _drop_bare_slot(self, *slots: str) -> None:
         conn = self.connect(None)
         try:
             with conn.cursor() as cur:
-                self._drop_slots(cur, "slot_name = %s", (self.bare_slot,))
+                for slot in slots or (self.bare_slot,):
+                    self._drop_slots(cur, "slot_name = %s", (slot,))
         finally:
             conn.close()
+
+    def physical_read(self, resume: dict, end: dict, n_events: int, tables: list[str],
+                      wm_namespace: str) -> dict:
+        """The C baseline: ``pg_recvlogical`` (shipped with PostgreSQL) streaming pgoutput
+        protocol 1 on the Env's publication from its own slot (made by write_events
+        before the writes), from ``resume`` to ``--endpos`` = ``end`` (the WAL head
+        after the writes), with the engine's session settings (PGOPTIONS). The server
+        decodes and formats every value either way; the client only receives and
+        writes the messages. A first run on one slot writes a file whose row changes
+        of ``tables`` are counted (must equal ``n_events``); the timed run on the other
+        writes to /dev/null. Both slots are dropped at the end."""
+        from airflow_provider_dblog.engine.sources.postgres.stream import REPLICATION_OPTIONS
+        tool = _pg_tool("pg_recvlogical")
+        env = dict(os.environ, PGOPTIONS=REPLICATION_OPTIONS)
+        env.pop("PGPASSWORD", None)
+        if PASSWORD:
+            env["PGPASSWORD"] = PASSWORD
+        timed_slot, count_slot = self.recv_slots
+
+        def cmd(slot: str, out: str) -> list[str]:
+            return [tool, f"--host={HOST}", f"--port={PORT}", f"--username={USER}", f"--dbname={self.db}",
+                    "--no-password", f"--slot={slot}", "--start", f"--startpos={resume['lsn']}",
+                    f"--endpos={end['lsn']}", "--no-loop", "-o", "proto_version=1",
+                    "-o", f"publication_names={self.slot_of(wm_namespace)}", f"--file={out}"]
+        try:
+            with tempfile.NamedTemporaryFile(suffix=".pgoutput") as out, tempfile.TemporaryFile() as err:
+                c = cmd(count_slot, out.name)
+                finish(subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=err, env=env), c, err)
+                counted = count_changes(out.read(), {(SCHEMA, t) for t in tables})
+            if counted != n_events:
+                raise RuntimeError(f"physical_read: {tool} received {counted} row changes of {tables} "
+                                   f"in {resume['lsn']} .. {end['lsn']}, not the {n_events} written")
+            c = cmd(timed_slot, "/dev/null")
+            t0 = time.monotonic()
+            with tempfile.TemporaryFile() as err:
+                finish(subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=err, env=env), c, err)
+            secs = time.monotonic() - t0
+        finally:
+            self._drop_bare_slot(*self.recv_slots)
+        version = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout.strip()
+        return {"tool": "pg_recvlogical", "version": version, "events": counted,
+                "seconds": round(secs, 3), "events_per_s": round(counted / secs, 1)}
+
+
+def _pg_tool(name: str) -> str:
+    """A PostgreSQL client program: the newest /usr/lib/postgresql/<v>/bin (Debian), else PATH."""
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"),
+                   key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
+    tool = found[-1] if found else shutil.which(name)
+    if not tool:
+        raise RuntimeError(f"no {name} under /usr/lib/postgresql/*/bin nor on PATH")
+    return tool
+
+
+def _pgoutput_frames(buf: bytes):
+    """The messages of a pg_recvlogical output file: each pgoutput payload followed by a
+    newline. Payloads are binary, so each one's length is read from its own structure
+    (protocol 1: B C O R Y I U D T)."""
+    pos = 0
+
+    def cstr(p: int) -> int:
+        return buf.index(b"\0", p) + 1
+
+    def tup(p: int) -> int:
+        (n,), p = struct.unpack_from(">h", buf, p), p + 2
+        for _ in range(n):
+            kind, p = buf[p:p + 1], p + 1
+            if kind in (b"t", b"b"):
+                p += 4 + struct.unpack_from(">i", buf, p)[0]
+        return p
+    while pos < len(buf):
+        kind, p = buf[pos:pos + 1], pos + 1
+        if kind == b"B":
+            p += 20
+        elif kind == b"C":
+            p += 25
+        elif kind == b"O":
+            p = cstr(p + 8)
+        elif kind == b"Y":
+            p = cstr(cstr(p + 4))
+        elif kind == b"R":
+            p = cstr(cstr(p + 4)) + 1
+            (n,), p = struct.unpack_from(">h", buf, p), p + 2
+            for _ in range(n):
+                p = cstr(p + 1) + 8
+        elif kind == b"I":
+            p = tup(p + 5)
+        elif kind in (b"U", b"D"):
+            p += 4
+            if buf[p:p + 1] in (b"K", b"O"):
+                p = tup(p + 1)
+            if kind == b"U":
+                p = tup(p + 1)  # the new tuple, after its "N"
+        elif kind == b"T":
+            p += 5 + 4 * struct.unpack_from(">i", buf, p)[0]
+        else:
+            raise ValueError(f"pg_recvlogical output: unknown message {kind!r} at byte {pos}")
+        if buf[p:p + 1] != b"\n":
+            raise ValueError(f"pg_recvlogical output: no newline after the {kind!r} message at byte {pos}")
+        yield buf[pos:p]
+        pos = p + 1
+
+
+def count_changes(buf: bytes, wanted: set[tuple[str, str]]) -> int:
+    """Row changes (Insert, Update, Delete) of the ``wanted`` (schema, table)s in a
+    pg_recvlogical output file; every message is decoded by the engine's decoder."""
+    from airflow_provider_dblog.engine.sources.postgres.pgoutput import decode
+    from airflow_provider_dblog.engine.sources.postgres.pgoutput_messages import Delete, Insert, Relation, Update
+    ours: set[int] = set()
+    n = 0
+    for frame in _pgoutput_frames(buf):
+        m = decode(frame)
+        if isinstance(m, Relation) and (m.namespace, m.name) in wanted:
+            ours.add(m.oid)
+        elif isinstance(m, (Insert, Update, Delete)) and m.relation_oid in ours:
+            n += 1
+    return n
