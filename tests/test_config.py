@@ -76,6 +76,8 @@ def test_environment_references_and_defaults():
     (lambda r: r["sources"]["s"].update(heartbeat_seconds=0), "heartbeat_seconds must be a number of seconds"),
     (lambda r: r["sources"]["s"].update(heartbeat_seconds="soon"), "heartbeat_seconds must be a number of seconds"),
     (lambda r: r["sources"]["s"].update(heartbeat_seconds=float("nan")), "heartbeat_seconds must be a number"),
+    (lambda r: r["sources"]["s"].update(decoder="mysqlbinlog"), "decoder must be one of mysql-replication, mysql-event-stream"),
+    (lambda r: r["sources"]["s"].update(kind="postgres", decoder="mysql-replication"), "only a mysql source has a binlog decoder"),
 ])
 def test_bad_config_is_refused_with_what_is_wrong(change, words):
     raw = {"sources": {"s": {"kind": "mysql", "host": "h", "port": 1, "user": "u", "tables": ["a.b"]}},

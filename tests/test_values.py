@@ -180,3 +180,29 @@ def test_copy_refuses_a_nul_character():
 def test_one_text_form_for_every_session():
     assert "IntervalStyle=postgres" in pg_options() and "DateStyle=ISO,YMD" in pg_options()
     assert "SET extra_float_digits = '1'" in pg_set_statements()
+
+
+def _digits(n: int):
+    return st.text("0123456789", min_size=n, max_size=n)
+
+
+_MYSQL_TEXTS = st.one_of(
+    st.tuples(_digits(4), _digits(2), _digits(2)).map("-".join),
+    st.builds(lambda d, t, f: f"{d} {t}{f}", st.tuples(_digits(4), _digits(2), _digits(2)).map("-".join),
+              st.tuples(_digits(2), _digits(2), _digits(2)).map(":".join),
+              st.one_of(st.just(""), st.integers(1, 7).flatmap(lambda n: _digits(n).map(lambda d: "." + d)))),
+    st.text("0123456789-: .T+Z", max_size=28))
+
+
+@settings(max_examples=2000)
+@given(_MYSQL_TEXTS, st.booleans())
+def test_the_fast_datetime_parse_is_the_exact_one(text, date_only):
+    """parse_mysql_datetime's C fast path gives what the exact parser gives, or the same error."""
+    from airflow_provider_dblog.engine.values import _parse_mysql_text
+
+    def outcome(parse):
+        try:
+            return parse(text, date_only)
+        except (ValueError, TypeError) as e:   # UncarriedValueError / ZeroDateError are ValueErrors
+            return type(e)
+    assert outcome(parse_mysql_datetime) == outcome(_parse_mysql_text)

@@ -27,6 +27,9 @@ from .schema_evolution import EVOLVE, parse_setting
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}$")
 SOURCE_KINDS = ("mysql", "postgres")
+# a MySQL/MariaDB source's binlog decoder: the pure-Python library, or the compiled one
+DECODERS = ("mysql-replication", "mysql-event-stream")
+DEFAULT_DECODER = "mysql-event-stream"
 TARGET_KINDS = ("postgres", "delta", "iceberg")
 _Part = TypeVar("_Part")  # a configured source or target
 
@@ -67,6 +70,8 @@ class SourceConfig:
     # how soon a caught-up tail hears from an idle log (binlog heartbeat, pgoutput wait):
     # the cadence of its idle flushes, lease renewals and stop checks
     heartbeat_seconds: float = 0.5
+    # MySQL/MariaDB: the binlog decoder (sources/mysql/mes_reader.py)
+    decoder: str = DEFAULT_DECODER
 
     def schema_changes_for(self, table: str) -> str:
         return dict(self.schema_changes_tables).get(table, self.schema_changes)
@@ -276,6 +281,7 @@ def parse_config(raw: dict, path: str = "", env: Mapping[str, str] | None = None
             publication=str(d.get("publication", f"dblog_{name}")),
             zero_dates=_choice(d.get("zero_dates", "refuse"), ("refuse", "null"), f"{where}.zero_dates"),
             heartbeat_seconds=_seconds(d.get("heartbeat_seconds", 0.5), 0.01, 10.0, f"{where}.heartbeat_seconds"),
+            decoder=_decoder(d, kind, where),
             **_schema_changes(d.get("schema_changes", EVOLVE), tables, where))
     if not sources:
         raise ConfigError("config: no sources configured")
@@ -335,6 +341,12 @@ def _schema_changes(value: Any, tables: tuple[str, ...], where: str) -> dict:
     except ValueError as e:
         raise ConfigError(f"{where}.schema_changes: {e}") from None
     return {"schema_changes": default, "schema_changes_tables": per_table}
+
+
+def _decoder(d: dict, kind: str, where: str) -> str:
+    if kind != "mysql" and "decoder" in d:
+        raise ConfigError(f"{where}.decoder: only a mysql source has a binlog decoder to choose")
+    return _choice(d.get("decoder", DEFAULT_DECODER), DECODERS, f"{where}.decoder")
 
 
 def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:

@@ -210,6 +210,24 @@ def parse_mysql_datetime(text: str, date_only: bool = False) -> dt.datetime | dt
     """A MySQL DATE / DATETIME / TIMESTAMP text. A zero date ('0000-00-00'), a date with
     a zero part or a day that does not exist (ALLOW_INVALID_DATES) has no exact
     counterpart in any target: UncarriedValueError."""
+    # the common text, in the exact shape MySQL prints, by the C parser (a tenth of the
+    # time: the tail parses every DATETIME); anything else, zero dates too, below
+    n = len(text)
+    if n == 10 and date_only and text[4] == text[7] == "-":
+        try:
+            return dt.date.fromisoformat(text)
+        except ValueError:
+            pass
+    elif (not date_only and n >= 19 and text[4] == text[7] == "-" and text[10] == " " and text[13] == text[16] == ":"
+          and (n == 19 or (21 <= n <= 26 and text[19] == "." and text[20:].isdigit()))):
+        try:
+            return dt.datetime.fromisoformat(text)
+        except ValueError:
+            pass
+    return _parse_mysql_text(text, date_only)
+
+
+def _parse_mysql_text(text: str, date_only: bool) -> dt.datetime | dt.date:
     m = _MY_TS.match(text)
     if not m or (date_only and m.group(4)):
         raise ValueError(f"{text!r} is not a MySQL date/datetime")

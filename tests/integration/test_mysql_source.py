@@ -171,6 +171,13 @@ def test_binlog_problems_decision_logic():
     (unordered,) = binlog_problems({**ok, "binlog_order_commits": "OFF"})
     assert "binlog_order_commits" in unordered.what
     assert binlog_problems({**ok, "log_bin_compress": "OFF", "binlog_order_commits": "ON"}) == []
+    # the compiled decoder reads MariaDB 10.11+ and MySQL 8.4+ only; the library, older ones too
+    for version, refused in (("10.6.12-MariaDB-log", True), ("10.11.19-MariaDB-0+deb12u1-log", False),
+                             ("8.0.36", True), ("8.4.3", False), ("9.1.0", False)):
+        problems = binlog_problems({**ok, "version": version}, "mysql-event-stream")
+        assert bool(problems) is refused, version
+        assert not refused or "decoder: mysql-replication" in problems[0].fix
+        assert binlog_problems({**ok, "version": version}, "mysql-replication") == []
 
 
 def test_grant_parsing():

@@ -65,6 +65,7 @@ class BinlogReader:
     Past ``stream_txn_after`` held changes (and while no savepoint is set) they are given
     out early, so that a large transaction is never held whole (the tail writes it in
     parts, invisible until its TxnEnd); a whole ROLLBACK of such a transaction fails closed."""
+    converter_class = RowConverter   # of one table's row images (mes_reader: MesRowConverter)
 
     def __init__(self, settings: StreamSettings, tables: dict[str, CapturedTable],
                  watermark_table: str, resume: dict,
@@ -105,8 +106,9 @@ class BinlogReader:
             WriteRowsEvent: lambda ev: self._on_rows(ev, INSERT),
             UpdateRowsEvent: lambda ev: self._on_rows(ev, UPDATE),
             DeleteRowsEvent: lambda ev: self._on_rows(ev, DELETE),
-            XidEvent: self._on_xid, QueryEvent: self._on_query, RotateEvent: self._on_rotate,
-            HeartbeatLogEvent: self._on_heartbeat, XAPrepareEvent: self._on_xa_prepare,
+            XidEvent: lambda ev: self._commit(ev.packet.log_pos),   # where the next event starts
+            QueryEvent: self._on_query, RotateEvent: self._on_rotate,
+            HeartbeatLogEvent: lambda ev: iter((Idle(),)), XAPrepareEvent: self._on_xa_prepare,
             NotImplementedEvent: self._on_not_implemented,
         }
         self.time2 = FIELD_TYPE.TIME2
@@ -175,9 +177,6 @@ class BinlogReader:
         yield Idle()
         time.sleep(self.settings.heartbeat_s)
 
-    def _on_heartbeat(self, ev: Any) -> Iterator[LogItem]:
-        yield Idle()
-
     def _on_not_implemented(self, ev: Any) -> Iterator[LogItem]:
         if ev.event_type in COMPRESSED_EVENTS:
             raise SourceSetupError(
@@ -201,9 +200,6 @@ class BinlogReader:
         self.file_no = binlog_file_number(self.file)
         if ev.timestamp != 0 and not self.in_txn:  # a real rotation: a clean boundary
             yield self._txn_end(int(ev.position))
-
-    def _on_xid(self, ev: Any) -> Iterator[LogItem]:
-        yield from self._commit(ev.packet.log_pos)   # log_pos: where the next event starts
 
     def _on_xa_prepare(self, ev: Any) -> Iterator[LogItem]:
         if self.captured_in_txn:
@@ -354,47 +350,51 @@ class BinlogReader:
         captured = self.tables[table]
         conv = self.converters.get(table)
         if conv is None:
-            conv = self.converters[table] = RowConverter(captured.schema, captured.native)
+            conv = self.converters[table] = self.converter_class(captured.schema, captured.native)
         check_binlog_key(captured.schema, ev.primary_key)
         if self.logged_shapes.get(table) is not ev.columns:   # a TABLE_MAP not checked yet
             problem = logged_shape_problem(captured, ev.columns)
             if problem:
                 raise SchemaChangedError(f"the shape of {table} in the binlog is not the one read: {problem}")
             self.logged_shapes[table] = ev.columns
-        raw_text(ev.columns)   # text comes as bytes, decoded as the server does (rows.py)
-        rows = ev.rows  # decodes every row image of the event
-        if not rows:
+        images = self._images(conv, ev, kind)
+        if not images:
             return False
         start = ev.packet.log_pos - ev.packet.event_size
         ts = int(ev.timestamp) * 1000
-        fix_time = conv.fix_time(ev.columns, self.time2) if conv.has_time else NO_NAMES
+        txn, file_no = self.txn, self.file_no
 
         def change(kind: str, seq: int, key: tuple, before, after, why: str | None) -> None:
-            self.txn.append(Event(table, kind, key, before, after,
-                                  Position(self.file_no, start, seq), ts, why))
+            txn.append(Event(table, kind, key, before, after, Position(file_no, start, seq), ts, why))
 
         seq = 0
+        for before, after in images:   # each a converter's (row, key, why), or None
+            if before is None:
+                change(INSERT, seq, after[1], None, after[0], after[2])
+            elif after is None:
+                change(DELETE, seq, before[1], before[0], None, before[2] if conv.uncarried_key(before[1]) else None)
+            elif before[1] == after[1]:
+                change(UPDATE, seq, after[1], before[0], after[0], after[2])
+            else:  # a primary-key change: the old key goes, the new one comes
+                change(DELETE, seq, before[1], before[0], None, before[2] if conv.uncarried_key(before[1]) else None)
+                seq += 1
+                change(INSERT, seq, after[1], None, after[0], after[2])
+            seq += 1
+        self.captured_in_txn += seq
+        return True
+
+    def _images(self, conv: RowConverter, ev: Any, kind: str) -> list[tuple]:
+        """The event's (before, after) images, converted: mysql-replication's rows."""
+        raw_text(ev.columns)   # text comes as bytes, decoded as the server does (rows.py)
+        rows = ev.rows  # decodes every row image of the event
+        if not rows:
+            return []
+        fix_time = conv.fix_time(ev.columns, self.time2) if conv.has_time else NO_NAMES
         if kind == UPDATE:
             conv.check_names(rows, "before_values")
             conv.check_names(rows, "after_values")
-            for row in rows:
-                before, kb, wb = conv.image(row["before_values"], row["before_none_sources"], fix_time)
-                after, ka, wa = conv.image(row["after_values"], row["after_none_sources"], fix_time)
-                if kb == ka:
-                    change(UPDATE, seq, kb, before, after, wa)
-                    seq += 1
-                else:  # a primary-key change: the old key goes, the new one comes
-                    change(DELETE, seq, kb, before, None, wb if conv.uncarried_key(kb) else None)
-                    change(INSERT, seq + 1, ka, None, after, wa)
-                    seq += 2
-        else:
-            conv.check_names(rows, "values")
-            for row in rows:
-                image, key, why = conv.image(row["values"], row["none_sources"], fix_time)
-                if kind == INSERT:
-                    change(INSERT, seq, key, None, image, why)
-                else:
-                    change(DELETE, seq, key, image, None, why if conv.uncarried_key(key) else None)
-                seq += 1
-        self.captured_in_txn += seq
-        return True
+            return [(conv.image(r["before_values"], r["before_none_sources"], fix_time),
+                     conv.image(r["after_values"], r["after_none_sources"], fix_time)) for r in rows]
+        conv.check_names(rows, "values")
+        images = [conv.image(r["values"], r["none_sources"], fix_time) for r in rows]
+        return [(None, i) for i in images] if kind == INSERT else [(i, None) for i in images]

@@ -16,13 +16,22 @@ from .types import NativeColumn
 _GRANT = re.compile(r"^\s*GRANT\s+(.+?)\s+ON\s+(\S+)\s+TO\s", re.I | re.S)
 # the SHOW GLOBAL VARIABLES that binlog_problems reads (and the server's server_id)
 SERVER_VARIABLES = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
-                    "server_id", "log_bin_compress", "binlog_order_commits")
+                    "server_id", "log_bin_compress", "binlog_order_commits", "version")
+# the oldest servers mysql-event-stream reads (its documented support)
+EVENT_STREAM_SINCE = {"MARIADB": ("MariaDB", (10, 11)), "MYSQL": ("MySQL", (8, 4))}
 
 
-def binlog_problems(variables: dict[str, Any]) -> list[Problem]:
-    """Problems with the server's binlog settings (SHOW GLOBAL VARIABLES, lower-case names)."""
+def binlog_problems(variables: dict[str, Any], decoder: str = "mysql-replication") -> list[Problem]:
+    """Problems with the server's binlog settings (SHOW GLOBAL VARIABLES, lower-case names)
+    and, for ``decoder``, its version."""
     v = {k.lower(): ("" if x is None else str(x)).upper() for k, x in variables.items()}
     out = []
+    if decoder == "mysql-event-stream" and v.get("version"):
+        name, since = EVENT_STREAM_SINCE["MARIADB" if "MARIADB" in v["version"] else "MYSQL"]
+        if tuple(int(x) for x in re.findall(r"\d+", v["version"])[:2]) < since:
+            out.append(Problem(f"the server is {name} {variables.get('version')}: the binlog decoder "
+                               f"mysql-event-stream reads {name} {'.'.join(map(str, since))} and later",
+                               "set the source's decoder: mysql-replication (or upgrade the server)"))
     if v.get("log_bin") not in ("ON", "1"):
         out.append(Problem("the binary log is disabled (log_bin=OFF)",
                            "start the server with --log-bin (and a server-id) and restart it"))

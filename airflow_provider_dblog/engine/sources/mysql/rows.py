@@ -75,6 +75,7 @@ class RowConverter:
     A value no target can hold (UncarriedValueError) becomes None in the row, and
     ``errors`` names it; the caller turns the row's event into a held one
     (``Event.error``) and calls ``take_errors``."""
+    code_env: dict = {}   # more names the generated function uses (a subclass's)
 
     def __init__(self, schema: TableSchema, native: dict[str, NativeColumn]):
         self.schema = schema
@@ -83,7 +84,7 @@ class RowConverter:
         self.has_time = any(n.data_type == "time" for n in self.natives)
         self.errors: list[tuple[str, str]] = []   # (column, why) of the last converted images
         env = {"_slow": self._slow, "_Decimal": decimal.Decimal, "_datetime": dt.datetime,
-               "_date": dt.date, "_EPOCH": EPOCH}
+               "_date": dt.date, "_EPOCH": EPOCH, **self.code_env}
         exec(compile(self._source(), f"<row converter {schema.qualified}>", "exec"), env)
         self.convert = env["convert"]
 

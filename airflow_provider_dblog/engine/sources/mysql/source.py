@@ -1,7 +1,7 @@
 """MySQLSource: a MySQL/MariaDB source of the DBLog engine (see sources/base.py
-Source). It owns the connections and delegates the rest: table shapes to
-catalog.py, values to convert.py, SQL text to sql.py, checks to checks.py, Spark's
-JDBC options to jdbc.py and the binlog to binlog.py.
+Source). It owns the connections and delegates the rest: table shapes to catalog.py,
+values to convert.py, SQL text to sql.py, checks to checks.py, Spark's JDBC options to
+jdbc.py and the binlog to binlog.py (or mes_reader.py: ``decoder: mysql-event-stream``).
 
 Values from the binlog and from SELECTs are converted by one function
 (``to_logical``) into the table's logical types, so a log event and a chunk row
@@ -32,6 +32,7 @@ from .binlog import BinlogReader, CapturedTable, StreamSettings, binlog_file_num
 from .catalog import LITERAL_DEFAULT, TRANSACTIONAL_ENGINES, load_decode_tables, read_table
 from .convert import key_sql_value, to_logical
 from .jdbc import SESSION_TIME_ZONE, jdbc_connection, jdbc_table
+from .mes_reader import MesBinlogReader
 from .shape_replay import defined_elsewise, replay_alter, scratch_name_in
 from .sql import BoundParams, key_predicate, quote_ident, quote_table, sql_literal
 from .types import NativeColumn, needs_expr, select_expr, text_parsed
@@ -102,7 +103,7 @@ class MySQLSource(SqlSource):
 
     def setup_problems(self, variables: dict[str, str]) -> list[Problem]:
         """The binlog's settings, the reader's server_id, the user's grants."""
-        problems = checks.binlog_problems(variables)
+        problems = checks.binlog_problems(variables, self.config.decoder)
         if variables.get("server_id") == str(self.config.server_id):
             problems.append(Problem(
                 f"server_id {self.config.server_id} of the CDC reader equals the server's own",
@@ -323,8 +324,7 @@ class MySQLSource(SqlSource):
         return Position(binlog_file_number(file), pos, 0), {"file": file, "pos": pos}
 
     def _decode_tables(self, natives) -> None:
-        """The server's decode tables of the single-byte character sets of these columns
-        (types.NativeColumn.encoding), read once per process: only the log needs them."""
+        """The server's decode tables of these columns' single-byte charsets (once per process)."""
         load_decode_tables(self._query, {n.charset for n in natives})
 
     # can't connect, server gone away, lost connection, shutdown in progress, connection killed
@@ -366,7 +366,8 @@ class MySQLSource(SqlSource):
             self.refresh_schema(table)
             self._decode_tables(self.native_columns(table).values())
             return self._captured(table)
-        reader = BinlogReader(settings, tables, self.watermark_table, resume, refresh)
+        reader = (MesBinlogReader if self.config.decoder == "mysql-event-stream" else BinlogReader)(
+            settings, tables, self.watermark_table, resume, refresh)
         reader.replay = self._replay
         yield from reader.read(should_stop)
 
