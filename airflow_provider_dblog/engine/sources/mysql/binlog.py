@@ -19,9 +19,10 @@ from ...config import Endpoint
 from ...errors import DBLogError, SchemaChangedError, SourceSetupError
 from ...events import DELETE, INSERT, UPDATE, Event
 from ...positions import Position
-from ..base import Idle, LogItem, RowChange, SchemaChange, TableBroken, TableTruncated, TxnEnd, WatermarkSeen
-from .captured import CapturedTable, catalog_past_statement, check_binlog_key, logged_shape_problem
-from .ddl import ALTERED, BROKEN, TRUNCATED, TableStatement, read_statement, savepoint_statement
+from ..base import Idle, LogItem, RowChange, TxnEnd, WatermarkSeen
+from .binlog_shapes import ShapeHandlers
+from .captured import CapturedTable, check_binlog_key, logged_shape_problem
+from .ddl import read_statement, savepoint_statement
 from .rows import NO_NAMES, RowConverter, raw_text
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,22 @@ log = logging.getLogger(__name__)
 # MariaDB's compressed query and rows events (log_bin_compress=ON): mysql-replication
 # has no decoder for them, so they would pass unseen
 COMPRESSED_EVENTS = frozenset(range(165, 172))
+
+
+class PartialImageError(DBLogError):
+    """A rows event that logs only some of the table's columns."""
+
+
+def full_image(bitmap: bytes, columns: int) -> bool:
+    """Whether a rows event's columns-present bitmap names all ``columns``."""
+    every = (1 << columns) - 1
+    return int.from_bytes(bitmap, "little") & every == every
+
+
+def partial_image_why(schema: str, table: str) -> str:
+    return (f"a rows event of {schema}.{table} logs only some of its columns: the session that wrote it "
+            "set binlog_row_image to MINIMAL or NOBLOB, so the rows cannot be carried whole. Keep every "
+            "session at binlog_row_image=FULL (SET GLOBAL and the server config; a session can override it)")
 
 
 def binlog_file_number(name: str) -> int:
@@ -56,7 +73,7 @@ class StreamSettings:
     stream_txn_after: int = 10_000  # a transaction's changes held before they are given out early
 
 
-class BinlogReader:
+class BinlogReader(ShapeHandlers):
     """One read of the binlog from a resume point (a TxnEnd's resume dict).
 
     The open transaction's row changes are held and given out at its commit: a
@@ -233,45 +250,6 @@ class BinlogReader:
                 else:
                     self.savepoints[name] = len(self.txn)
 
-    def _on_statement(self, st: TableStatement, pos: Position, ts: int) -> Iterator[LogItem]:
-        """A statement's effect on one captured table (sources/mysql/ddl.py)."""
-        if st.effect == TRUNCATED:
-            yield TableTruncated(st.table, pos, ts)
-            return
-        if self.refresh is None:
-            if st.effect == BROKEN:
-                yield TableBroken(st.table, pos, st.why)
-            return
-        old = self.tables[st.table]
-        try:   # the table's shape after the statement, from the catalog
-            new = self.refresh(st.table)
-        except DBLogError as e:   # gone (DROP, RENAME) or no key any more: rows of it fail check_names
-            if st.effect == BROKEN:
-                yield TableBroken(st.table, pos, st.why)
-            else:
-                self.unreadable[st.table] = True
-                yield TableBroken(st.table, pos, f"its shape could not be read after an ALTER TABLE at binlog "
-                                                 f"position {pos} ({e})")
-            return
-        past = catalog_past_statement(old, new, st) if st.effect == ALTERED else ""
-        if past and self.replay is not None:   # computed by the server on a scratch copy (shape_replay.py)
-            again = self.replay(st, old)
-            if again is not None and not catalog_past_statement(old, again, st):
-                new, past = again, ""
-        self.tables[st.table] = new
-        self.converters.pop(st.table, None)
-        self.logged_shapes.pop(st.table, None)
-        self.unreadable.pop(st.table, None)
-        if st.effect == ALTERED or (new.schema, new.native) != (old.schema, old.native):
-            # the version from here (a break: the shape its targets are rebuilt in)
-            yield SchemaChange(st.table, pos, st.altered.renamed if st.altered and not past else (), not st.strict)
-        if st.effect == BROKEN:
-            yield TableBroken(st.table, pos, f"{st.why} at binlog position {pos}")
-        elif past:
-            yield TableBroken(st.table, pos, f"the catalog is already past the ALTER TABLE at binlog position "
-                                             f"{pos} ({past}): the table was changed again since, and the "
-                                             "shape it had here cannot be known")
-
     def _on_rows(self, ev: Any, kind: str) -> Iterator[LogItem]:
         table = f"{ev.schema}.{ev.table}"
         if table == self.watermark_table:
@@ -283,6 +261,8 @@ class BinlogReader:
             try:
                 held = self._hold_changes(table, ev, kind)
                 self.unreadable.pop(table, None)
+            except PartialImageError as e:
+                held = yield from self._skip_rows(table, ev, str(e))
             except SchemaChangedError as e:
                 if self.refresh is None:
                     raise
@@ -314,43 +294,10 @@ class BinlogReader:
                 self.stopped = True
                 return
 
-    def _other_shape(self, table: str, ev: Any, kind: str, error: SchemaChangedError) -> Iterator[LogItem]:
-        """A rows event whose columns are not the table's captured shape: the catalog is
-        read again (a table dropped and created again: SchemaChange at the event, whose
-        rows then match it). Rows that match no shape read (the catalog already past them)
-        are skipped, the table broken at the first of them, until its rows match again.
-        Returns whether the event's changes were taken."""
-        pos = Position(self.file_no, ev.packet.log_pos - ev.packet.event_size, 0)
-        if table in self.unreadable:   # broken again at its first skipped rows after each watermark: a
-            if not self.unreadable[table]:   # dump that read it after the last break may still lack them
-                self.unreadable[table] = True
-                yield TableBroken(table, pos, f"rows of {table} at {pos} were skipped (they still are): re-dump it")
-            return False
-        old = self.tables[table]
-        try:
-            self.tables[table] = self.refresh(table)
-        except DBLogError as e:   # gone again, or no key
-            self.unreadable[table] = True
-            yield TableBroken(table, pos, f"{error}; its shape could not be read again ({e})")
-            return False
-        self.converters.pop(table, None)
-        self.logged_shapes.pop(table, None)
-        if (self.tables[table].schema, self.tables[table].native) != (old.schema, old.native):
-            yield SchemaChange(table, pos)
-        try:
-            return self._hold_changes(table, ev, kind)
-        except SchemaChangedError as again:
-            self.unreadable[table] = True
-            yield TableBroken(table, pos, f"{again}: the catalog is already past these rows (changed again "
-                                          "since); the table's rows are skipped until they match it")
-            return False
-
     def _hold_changes(self, table: str, ev: Any, kind: str) -> bool:
         """The rows event's changes join the open transaction; False if it had no rows."""
         captured = self.tables[table]
-        conv = self.converters.get(table)
-        if conv is None:
-            conv = self.converters[table] = self.converter_class(captured.schema, captured.native)
+        conv = self._converter(table, ev)
         check_binlog_key(captured.schema, ev.primary_key)
         if self.logged_shapes.get(table) is not ev.columns:   # a TABLE_MAP not checked yet
             problem = logged_shape_problem(captured, ev.columns)
@@ -383,12 +330,22 @@ class BinlogReader:
         self.captured_in_txn += seq
         return True
 
+    def _converter(self, table: str, ev: Any) -> RowConverter:
+        conv = self.converters.get(table)
+        if conv is None:
+            captured = self.tables[table]
+            conv = self.converters[table] = self.converter_class(captured.schema, captured.native)
+        return conv
+
     def _images(self, conv: RowConverter, ev: Any, kind: str) -> list[tuple]:
         """The event's (before, after) images, converted: mysql-replication's rows."""
         raw_text(ev.columns)   # text comes as bytes, decoded as the server does (rows.py)
         rows = ev.rows  # decodes every row image of the event
         if not rows:
             return []
+        if not all(full_image(b, ev.number_of_columns) for b in (ev.columns_present_bitmap,
+                                                                 getattr(ev, "columns_present_bitmap2", None)) if b):
+            raise PartialImageError(partial_image_why(ev.schema, ev.table))
         fix_time = conv.fix_time(ev.columns, self.time2) if conv.has_time else NO_NAMES
         if kind == UPDATE:
             conv.check_names(rows, "before_values")

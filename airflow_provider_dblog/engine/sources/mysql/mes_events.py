@@ -43,6 +43,26 @@ def table_id(data: bytes) -> int:
     return int.from_bytes(data[19:25], "little")
 
 
+def columns_present(data: bytes, kind: str) -> tuple[int, list[bytes]]:
+    """A rows event's column count and its columns-present bitmaps (two for an update):
+    after the table id (6) and flags (2), a v2 event's extra data (its length counts its own
+    2 bytes), then the count as a length-encoded integer, then the bitmaps."""
+    at = 27
+    if data[4] in ROWS_V2:
+        at += int.from_bytes(data[27:29], "little")
+    first = data[at]
+    if first < 251:
+        n, at = first, at + 1
+    else:   # 0xfc: 2 bytes, 0xfd: 3, 0xfe: 8
+        size = {252: 2, 253: 3, 254: 8}[first]
+        n, at = int.from_bytes(data[at + 1:at + 1 + size], "little"), at + 1 + size
+    width = (n + 7) // 8
+    maps = [data[at:at + width]]
+    if kind == "update":
+        maps.append(data[at + width:at + 2 * width])
+    return n, maps
+
+
 def table_map_names(data: bytes) -> tuple[str, str]:
     """(schema, table) of a TABLE_MAP event: after the table id (6) and flags (2), a
     length-prefixed, NUL-terminated schema name, then the same for the table name."""
@@ -71,7 +91,8 @@ class LibraryEvents:
     def __init__(self):
         from pymysqlreplication import event, row_event
         self._allowed = frozenset((event.QueryEvent, event.RotateEvent, event.FormatDescriptionEvent,
-                                   event.XAPrepareEvent, row_event.TableMapEvent))
+                                   event.XAPrepareEvent, row_event.TableMapEvent, row_event.WriteRowsEvent,
+                                   row_event.UpdateRowsEvent, row_event.DeleteRowsEvent))
         self._control = _Control()
         self.version: tuple = (10, 11, 0)
         self.post_header_lengths = None

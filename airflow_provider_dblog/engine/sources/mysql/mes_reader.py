@@ -19,10 +19,11 @@ from typing import Any, Callable, Iterator
 from ...errors import DBLogError
 from ...events import DELETE, INSERT, UPDATE
 from ..base import Idle, LogItem
-from .binlog import COMPRESSED_EVENTS, BinlogReader
+from .binlog import COMPRESSED_EVENTS, BinlogReader, PartialImageError, full_image, partial_image_why
 from .mes_events import (FORMAT_DESCRIPTION, QUERY, ROTATE, ROWS, TABLE_MAP, XA_PREPARE, XID,
-                         LibraryEvents, header, table_id, table_map_names)
+                         LibraryEvents, columns_present, header, table_id, table_map_names)
 from .mes_rows import MesRowConverter
+from .rows import RowConverter
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,9 @@ _QUEUED_BATCHES = 4     # batches the client thread may be ahead of the reader
 # one row may be as large as the server lets it (max_allowed_packet, up to 1 GiB): the
 # client's own 32 MiB default would refuse it. Its queue is bounded by events instead
 _MAX_EVENT, _QUEUED_EVENTS = 1 << 30, 256
+# the client's codes of a stream that broke off (the connection killed, the server gone):
+# MES_ERR_STREAM, MES_ERR_DISCONNECTED; the tail retries them like any lost connection
+_CUT = (403, 404)
 
 
 @dataclass
@@ -50,6 +54,7 @@ class MesRowsEvent:
     timestamp: int
     kind: str
     changes: list           # mysql-event-stream ChangeEvents, one per row
+    partial: bool = False   # it logs only some columns: not decoded (PartialImageError)
 
     @property
     def rows(self) -> list[dict]:
@@ -70,15 +75,18 @@ class _Polling(threading.Thread):
     def run(self) -> None:
         try:
             while not self.stopping.is_set():
-                batch = self.client.poll_batch(_BATCH)
-                while not self.stopping.is_set():
-                    try:
-                        self.out.put(batch, timeout=0.2)
-                        break
-                    except queue.Full:
-                        continue
+                self._put(self.client.poll_batch(_BATCH))
         except BaseException as e:   # handed to the reader, which raises it
-            self.out.put(e)
+            self._put(e)
+
+    def _put(self, item: Any) -> None:
+        """Into the queue, unless the reader stops meanwhile (then nobody takes it)."""
+        while not self.stopping.is_set():
+            try:
+                self.out.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
 
 
 class MesBinlogReader(BinlogReader):
@@ -86,11 +94,14 @@ class MesBinlogReader(BinlogReader):
 
     def read(self, should_stop: Callable[[], bool]) -> Iterator[LogItem]:
         from mysql_event_stream import CdcEngine
+        from pymysqlreplication.constants import FIELD_TYPE
+        self.time2 = FIELD_TYPE.TIME2   # for rows decoded by the library (_library_rows)
         self.should_stop = should_stop
         self.library = LibraryEvents()
         self.maps: dict[int, tuple[str, bytes, bool]] = {}   # table id -> (table, TABLE_MAP bytes, checksum)
         self.parsed: dict[bytes, Any] = {}    # a TABLE_MAP's body -> mysql-replication's parse of it
         self.fed: bytes | None = None         # the TABLE_MAP the engine holds last
+        self.by_library: set[str] = set()     # tables whose rows the engine could not decode
         watched = set(self.tables) | {self.watermark_table}
         client = self._connect()
         polling = _Polling(client)
@@ -104,8 +115,9 @@ class MesBinlogReader(BinlogReader):
                     except queue.Empty:
                         yield Idle()
                         continue
-                    if isinstance(batch, ConnectionError):   # the server away: the tail retries
-                        raise batch
+                    if isinstance(batch, ConnectionError) or getattr(batch, "code", None) in _CUT:
+                        raise ConnectionError(f"the binlog stream of source {self.settings.source_name!r} "
+                                              f"was cut: {batch}") from batch   # the server away: retried
                     if isinstance(batch, BaseException):
                         raise DBLogError(f"the binlog stream of source {self.settings.source_name!r} "
                                          f"failed: {batch}") from batch
@@ -161,28 +173,56 @@ class MesBinlogReader(BinlogReader):
         elif h.type in COMPRESSED_EVENTS:
             yield from self._on_not_implemented(_Compressed(h.type))
 
-    def _decoded(self, entry: tuple[str, bytes, bool], data: bytes, checksum: bool, h: Any,
-                 kind: str) -> MesRowsEvent:
+    def _decoded(self, entry: tuple[str, bytes, bool], data: bytes, checksum: bool, h: Any, kind: str) -> Any:
+        """The rows event decoded by the compiled engine (a MesRowsEvent); an event it cannot
+        parse, by the library (its RowsEvent: mysql-event-stream 1.8 refuses a spatial column
+        beside a text column), so that one table's layout never stops the source."""
         table, table_map, map_checksum = entry
         body = table_map[25:-4] if map_checksum else table_map[25:]
         parsed = self.parsed.get(body)
         if parsed is None:
             parsed = self.parsed[body] = self.library.parse(table_map, map_checksum)
-        engine = self.engine
-        if self.fed is not table_map:
-            engine.set_checksum_enabled(map_checksum)
-            engine.feed(table_map)
-            self.fed = table_map
-        engine.set_checksum_enabled(checksum)
-        engine.feed(data)
-        changes = []
-        while (c := engine.next_event()) is not None:
-            changes.append(c)
         schema, _, name = table.partition(".")
-        return MesRowsEvent(schema, name, parsed.columns, parsed.table_obj.data["primary_key"],
-                            _Packet(h.next_pos, h.size), h.timestamp, kind, changes)
+        ev = MesRowsEvent(schema, name, parsed.columns, parsed.table_obj.data["primary_key"],
+                          _Packet(h.next_pos, h.size), h.timestamp, kind, [])
+        n, present = columns_present(data, kind)
+        if not all(full_image(b, n) for b in present):
+            ev.partial = True
+            return ev
+        engine = self.engine
+        try:
+            if self.fed is not table_map:
+                engine.set_checksum_enabled(map_checksum)
+                engine.feed(table_map)
+                self.fed = table_map
+            engine.set_checksum_enabled(checksum)
+            engine.feed(data)
+            while (c := engine.next_event()) is not None:
+                ev.changes.append(c)
+        except RuntimeError as e:   # MesError: ParseError, DecodeError
+            engine.reset()
+            self.fed = None
+            if table not in self.by_library:
+                self.by_library.add(table)
+                log.warning("%s: mysql-event-stream cannot decode its rows (%s); they are decoded by "
+                            "mysql-replication", table, e)
+            self.library.parse(table_map, map_checksum)
+            return self.library.parse(data, checksum)
+        return ev
 
-    def _images(self, conv: MesRowConverter, ev: MesRowsEvent, kind: str) -> list[tuple]:
+    def _converter(self, table: str, ev: Any) -> RowConverter:
+        wanted = MesRowConverter if isinstance(ev, MesRowsEvent) else RowConverter
+        conv = self.converters.get(table)
+        if type(conv) is not wanted:
+            captured = self.tables[table]
+            conv = self.converters[table] = wanted(captured.schema, captured.native)
+        return conv
+
+    def _images(self, conv: RowConverter, ev: Any, kind: str) -> list[tuple]:
+        if not isinstance(ev, MesRowsEvent):   # decoded by the library
+            return super()._images(conv, ev, kind)
+        if ev.partial:
+            raise PartialImageError(partial_image_why(ev.schema, ev.table))
         changes = ev.changes
         if not changes:
             return []

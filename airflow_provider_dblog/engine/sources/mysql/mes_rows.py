@@ -66,8 +66,8 @@ def mes_form(n: NativeColumn, value: Any) -> Any:
     cls, t = value.__class__, n.data_type
     if t == "enum" and cls is int:
         return _label(n, value)
-    if t == "set" and cls is int:
-        return _members(n, value)
+    if t == "set":   # a mask past 2**63-1 (a 64th member) comes as its exact text
+        return _members(n, int(value) if cls is str else value)
     if t == "timestamp" and cls is str:
         return _epoch(value)
     if cls is str:
