@@ -218,7 +218,7 @@ class Tail:
         marks: list[tuple[str, Position]] = []
         n_batch = 0
         committed: tuple[Position, dict] | None = None  # last TxnEnd not yet flushed
-        last_flush = last_renew = last_full_gc = time.monotonic()
+        last_flush = last_renew = last_full_gc = last_window_check = time.monotonic()
         last_ts = 0
         progress = _Progress(self.state.source, self.config.progress_seconds, started)
         writer = token.rsplit("|", 1)[1]  # in the segment names (store.py: a zombie's files)
@@ -350,7 +350,11 @@ class Tail:
             progress.maybe_report(stats, batch_start)   # idle or busy: the source yields every heartbeat
             if now - last_renew >= self.config.lease_seconds / 3:
                 renew()
+            # on its own clock: a busy log flushes (and renews) every flush_seconds, which
+            # must not keep a dead runner's window open, holding the apply frontier back
+            if now - last_window_check >= self.config.lease_seconds / 3:
                 self._close_abandoned_windows()
+                last_window_check = now
             # no break: the reader ends at its own next stop test, after yielding the last
             # boundary it may have confirmed to the source (a PostgreSQL slot confirms a
             # keepalive's position by itself: a checkpoint behind it would be a gap)

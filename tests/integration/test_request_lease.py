@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,39 @@ def test_a_dead_runners_window_is_closed_as_abandoned_and_the_frontier_moves_on(
     DumpRunner(cdc.source, cdc.state, cdc.store, None, cdc.cfg.dump).run(rid)  # resume
     assert cdc.state.request(rid)["status"] == "done"
     _repaired(cdc)
+
+
+def test_a_dead_runners_window_is_closed_while_the_log_is_busy(src_db, make_cdc):
+    """Commits to other tables all the time (a production source): the tail flushes, and so
+    renews its lease, every flush_seconds; its check for abandoned windows must still run
+    (it shared the renewal's clock, and a busy log kept it from ever coming due)."""
+    cdc, rid = _setup(src_db, make_cdc, abandon_after_s=6)
+    dead = _start_runner(cdc, rid)
+    try:
+        _in_window(cdc, rid, dead)
+    finally:
+        dead.kill()
+        dead.wait()
+    [window] = [w for w in cdc.state.open_windows() if w.request == rid]
+    with src_db.cursor() as cur:
+        src_db.create_table(cur, "busy", "id INT PRIMARY KEY")
+    done = threading.Event()
+
+    def busy() -> None:   # a commit every 0.2 s, to a table the tail does not capture
+        with src_db.cursor() as cur:
+            n = 0
+            while not done.wait(0.2):
+                n += 1
+                cur.execute("INSERT INTO busy VALUES (%s)", (n,))
+    writer = threading.Thread(target=busy, daemon=True)
+    cdc.start_tail()
+    writer.start()
+    try:
+        wait_until(lambda: not cdc.state.window_is_open(window.id), 40, "the dead runner's window closed")
+    finally:
+        done.set()
+        writer.join(10)
+    assert cdc.state.request(rid)["status"] == "interrupted"
 
 
 def test_a_chunk_completion_fenced_by_a_lost_lease_moves_nothing(src_db, make_cdc):
