@@ -101,25 +101,14 @@ class MesRowConverter(RowConverter):
     """RowConverter for mysql-event-stream's row dicts (``image(values, {}, NO_NAMES)``)."""
     code_env = {"_clean": _clean}
 
-    def _source(self) -> str:
-        pos = {c: i for i, c in enumerate(self.names)}
-        vs = [f"v{i}" for i in range(len(self.names))]
-        lines = ["def convert(values, none_sources, fix_time):",
-                 f"    {', '.join(vs)}{',' if len(vs) == 1 else ''} = values.values()"]
-        for i, n in enumerate(self.natives):
-            v, fast = vs[i], _fast_check(n, vs[i])
-            slow = f"{v} = _slow({i}, {v}, none_sources, fix_time)"
-            if n.logical.startswith("decimal(") and n.data_type != "bit":
-                lines.append(f"    if {v}.__class__ is str: {v} = _Decimal({v})")
-                lines.append(f"    elif {v} is not None: {slow}")
-            elif fast is None:
-                lines.append(f"    if {v} is not None: {slow}")
-            else:
-                lines.append(f"    if {v} is not None and not {fast}: {slow}")
-        row = ", ".join(f"{self.names[i]!r}: {v}" for i, v in enumerate(vs))
-        key = "".join(f"{vs[pos[k]]}, " for k in self.schema.key)
-        lines.append(f"    return {{{row}}}, ({key})")
-        return "\n".join(lines)
+    def _column_lines(self, i: int, n: NativeColumn, v: str) -> list[str]:
+        fast = _fast_check(n, v)
+        slow = f"{v} = _slow({i}, {v}, none_sources, fix_time)"
+        if n.logical.startswith("decimal(") and n.data_type != "bit":
+            return [f"    if {v}.__class__ is str: {v} = _Decimal({v})", f"    elif {v} is not None: {slow}"]
+        if fast is None:
+            return [f"    if {v} is not None: {slow}"]
+        return [f"    if {v} is not None and not {fast}: {slow}"]
 
     def _slow(self, i: int, value: Any, none_sources: dict, fix_time) -> Any:
         n = self.natives[i]

@@ -95,26 +95,28 @@ class RowConverter:
         lines = ["def convert(values, none_sources, fix_time):",
                  f"    {', '.join(vs)}{',' if len(vs) == 1 else ''} = values.values()"]
         for i, n in enumerate(self.natives):
-            v = vs[i]
-            fast = _fast_check(n, v)
-            slow = f"{v} = _slow({i}, {v}, none_sources, fix_time)"
-            if _decoded_here(n):   # bytes (raw_text) decoded here; a failure: _slow holds it
-                lines.append(f"    if {v}.__class__ is bytes:")
-                lines.append(f"        try: {v} = {v}.decode({n.encoding!r})")
-                lines.append(f"        except UnicodeDecodeError: {slow}")
-                lines.append(f"    elif {v} is not None and not {fast}: {slow}")
-            elif n.data_type in ("set", "date", "datetime", "timestamp"):
-                # None may be an empty set or a zero date (none_sources says which)
-                lines.append(f"    if {v} is None: {v} = _slow({i}, None, none_sources, fix_time)")
-                lines.append(f"    elif not {fast}: {slow}" if fast is not None else f"    else: {slow}")
-            elif fast is None:
-                lines.append(f"    if {v} is not None: {slow}")
-            else:
-                lines.append(f"    if {v} is not None and not {fast}: {slow}")
+            lines += self._column_lines(i, n, vs[i])
         row = ", ".join(f"{self.names[i]!r}: {v}" for i, v in enumerate(vs))
         key = "".join(f"{vs[pos[k]]}, " for k in self.schema.key)
         lines.append(f"    return {{{row}}}, ({key})")
         return "\n".join(lines)
+
+    def _column_lines(self, i: int, n: NativeColumn, v: str) -> list[str]:
+        """The generated lines that make ``v``, column ``i``'s value, its logical value."""
+        fast = _fast_check(n, v)
+        slow = f"{v} = _slow({i}, {v}, none_sources, fix_time)"
+        if _decoded_here(n):   # bytes (raw_text) decoded here; a failure: _slow holds it
+            return [f"    if {v}.__class__ is bytes:",
+                    f"        try: {v} = {v}.decode({n.encoding!r})",
+                    f"        except UnicodeDecodeError: {slow}",
+                    f"    elif {v} is not None and not {fast}: {slow}"]
+        if n.data_type in ("set", "date", "datetime", "timestamp"):
+            # None may be an empty set or a zero date (none_sources says which)
+            return [f"    if {v} is None: {v} = _slow({i}, None, none_sources, fix_time)",
+                    f"    elif not {fast}: {slow}" if fast is not None else f"    else: {slow}"]
+        if fast is None:
+            return [f"    if {v} is not None: {slow}"]
+        return [f"    if {v} is not None and not {fast}: {slow}"]
 
     def __call__(self, values: dict, none_sources: dict, fix_time) -> tuple[dict, tuple]:
         return self.convert(values, none_sources, fix_time)
