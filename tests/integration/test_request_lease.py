@@ -142,7 +142,8 @@ def test_a_stalled_runner_that_lost_its_lease_writes_nothing(src_db, make_cdc):
     _repaired(cdc)
 
 
-def test_a_dead_runners_window_is_closed_as_abandoned_and_the_frontier_moves_on(src_db, make_cdc):
+def _dead_runners_window(src_db, make_cdc):
+    """A runner SIGKILLed inside its first window (abandon_after_s 6): (cdc, rid, that window)."""
     cdc, rid = _setup(src_db, make_cdc, abandon_after_s=6)
     dead = _start_runner(cdc, rid)
     try:
@@ -151,6 +152,11 @@ def test_a_dead_runners_window_is_closed_as_abandoned_and_the_frontier_moves_on(
         dead.kill()
         dead.wait()
     [window] = [w for w in cdc.state.open_windows() if w.request == rid]
+    return cdc, rid, window
+
+
+def test_a_dead_runners_window_is_closed_as_abandoned_and_the_frontier_moves_on(src_db, make_cdc):
+    cdc, rid, window = _dead_runners_window(src_db, make_cdc)
     cdc.start_tail()
     with src_db.cursor() as cur:  # the log moves on meanwhile
         cur.execute("UPDATE t SET v = v + 1 WHERE id > 90")
@@ -181,14 +187,7 @@ def test_a_dead_runners_window_is_closed_while_the_log_is_busy(src_db, make_cdc)
     """Commits to other tables all the time (a production source): the tail flushes, and so
     renews its lease, every flush_seconds; its check for abandoned windows must still run
     (it shared the renewal's clock, and a busy log kept it from ever coming due)."""
-    cdc, rid = _setup(src_db, make_cdc, abandon_after_s=6)
-    dead = _start_runner(cdc, rid)
-    try:
-        _in_window(cdc, rid, dead)
-    finally:
-        dead.kill()
-        dead.wait()
-    [window] = [w for w in cdc.state.open_windows() if w.request == rid]
+    cdc, rid, window = _dead_runners_window(src_db, make_cdc)
     with src_db.cursor() as cur:
         src_db.create_table(cur, "busy", "id INT PRIMARY KEY")
     done = threading.Event()
