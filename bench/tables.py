@@ -219,7 +219,7 @@ def apply_phase(a, src, workdir: Path, names: list[str]) -> dict:
             for label in (("many", "small") if i % 2 == 0 else ("small", "many")):
                 tails[label].drain(head)
                 t0 = time.monotonic()
-                res = run_apply(envs[label].cfg, "tgt", via="local")
+                res = _timed_apply(envs[label].cfg, a.out / f"apply-{label}-{i}.prof" if a.profile else None)
                 secs = time.monotonic() - t0
                 touched = [t for t, r in res["tables"].items() if r.get("events")]
                 runs[label].append({"seconds": round(secs, 3), "events": res["events"], "tables_with_events": len(touched)})
@@ -236,6 +236,18 @@ def apply_phase(a, src, workdir: Path, names: list[str]) -> dict:
             t.stop()
         for env in envs.values():
             env.close(a.keep)
+
+
+def _timed_apply(cfg, profile: Path | None) -> dict:
+    """An apply run in this process; with ``profile``, under cProfile (stats written there)."""
+    if profile is None:
+        return run_apply(cfg, "tgt", via="local")
+    import cProfile
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(run_apply, cfg, "tgt", via="local")
+    finally:
+        prof.dump_stats(str(profile))
 
 
 def report(res: dict) -> str:
@@ -272,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parse-repeat", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("/tmp/dblog-bench-tables"))
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--profile", action="store_true", help="cProfile each timed apply run (apply-*.prof under --out)")
     a = p.parse_args(argv)
     if not 1 <= a.changed <= SMALL:
         p.error(f"--changed must be 1..{SMALL} (the baseline captures {SMALL} tables)")

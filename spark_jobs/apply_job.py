@@ -22,7 +22,7 @@ DBLogApplyOperator) only runs this job when a run holds more events than
 ``apply.local_max_events``.
 
 The target or Redis away: a table's step is run again with backoff for up to
-``apply.retry_for_s`` (``apply_plan.apply_tables``, shared with the local path; the Spark
+``apply.retry_for_s`` (``apply_run.apply_tables``, shared with the local path; the Spark
 reduce is redone and its stage files rewritten), then TargetUnavailableError.
 
 Prints ``DBLOG_RESULT {per-table counts}``; exits 1 with ``DBLOG_ERROR <message>``.
@@ -43,14 +43,8 @@ if _ROOT not in sys.path:
 
 from airflow_provider_dblog.engine.apply_batch import held, ordered_events, stage_and_merge  # noqa: E402
 from airflow_provider_dblog.engine.errors import TargetValueError  # noqa: E402
-from airflow_provider_dblog.engine.apply_plan import (  # noqa: E402
-    SPARK,
-    apply_tables,
-    load_schemas,
-    plan_table,
-    resolve_tables,
-    run_result,
-)
+from airflow_provider_dblog.engine.apply_plan import SPARK, load_schemas, plan_table, resolve_tables  # noqa: E402
+from airflow_provider_dblog.engine.apply_run import apply_tables, run_result  # noqa: E402
 from airflow_provider_dblog.engine.events import event_arrow_schema  # noqa: E402
 from spark_jobs.common import event_spark_schema, job_parser, load, log_to_stderr, run_job, spark_session  # noqa: E402
 
@@ -76,6 +70,8 @@ def read_events(spark, schema, uris: list[str], lo: str, hi: str):
 
 
 class Applier:
+    via = SPARK
+
     def __init__(self, spark_factory, target, store, state, source_name: str):
         self._spark_factory = spark_factory
         self._spark = None
@@ -162,12 +158,13 @@ def main(argv: list[str] | None = None) -> dict:
     tables = resolve_tables(scfg, args.tables)
     parts = Wiring(cfg, scfg.name)
     state, store = parts.state, parts.store
-    schemas = load_schemas(scfg, tables, args.schema_file, cfg.apply.retry_for_s, store)
+    def schemas_of(names: list[str]) -> dict:   # (of the tables with something to apply)
+        return load_schemas(scfg, names, args.schema_file, cfg.apply.retry_for_s, store) if names else {}
     target = open_target(tcfg)
     applier = Applier(lambda: spark_session(f"dblog-apply-{tcfg.name}"), target, store, state, scfg.name)
     try:
         # the target or Redis away: each table's step is retried as on the local path
-        results, retries = apply_tables(applier, target, tcfg, scfg, store, state, schemas, tables,
+        results, retries = apply_tables(applier, target, tcfg, scfg, store, state, schemas_of, tables,
                                         cfg.apply.retry_for_s)
         where = applier.where
     finally:

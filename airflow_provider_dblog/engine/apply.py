@@ -17,8 +17,8 @@ import time
 from typing import Callable
 
 from .apply_batch import LocalApplier
-from .apply_plan import (LOCAL, SPARK, apply_tables, choose_path, load_schemas, resolve_tables, run_result,
-                         target_label, target_retrier)
+from .apply_plan import LOCAL, SPARK, choose_path, load_schemas, resolve_tables
+from .apply_run import apply_tables, run_result, target_label, target_retrier
 from .config import Config, TargetConfig
 from .jobs import run_spark_job
 from .schema import TableSchema
@@ -103,12 +103,14 @@ def _apply_local(config: Config, tcfg: TargetConfig, tables: str | list[str] | N
     names = resolve_tables(scfg, tables)
     parts = Wiring(config, scfg.name)
     state, store = parts.state, parts.store
-    if schemas is None:
-        schemas = load_schemas(scfg, names, schema_file, config.apply.retry_for_s, store)
+    def schemas_of(tables: list[str]) -> dict[str, TableSchema]:   # (of the tables with something to apply)
+        if schemas is not None:
+            return {t: schemas[t] for t in tables}
+        return load_schemas(scfg, tables, schema_file, config.apply.retry_for_s, store) if tables else {}
     target = open_target(tcfg)
     applier = LocalApplier(target, store, state, scfg.name)
     try:
-        results, retries = apply_tables(applier, target, tcfg, scfg, store, state, schemas, names,
+        results, retries = apply_tables(applier, target, tcfg, scfg, store, state, schemas_of, names,
                                         config.apply.retry_for_s)
     finally:
         target.close()

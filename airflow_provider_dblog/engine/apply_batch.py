@@ -97,6 +97,7 @@ def held(out: dict, e: TargetValueError) -> dict:
 class LocalApplier:
     """Applies batches in this process: pyarrow reads the range's files, keeps the latest
     event per key, and :func:`stage_and_merge` stages and merges them, as on Spark."""
+    via = LOCAL
 
     def __init__(self, target, store, state, source_name: str, run_id: str | None = None):
         self.target, self.store, self.state, self.source_name = target, store, state, source_name

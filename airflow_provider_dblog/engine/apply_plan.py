@@ -8,8 +8,8 @@ before a value no target can take and leaving out one a later change of its row 
 engine/apply_hold.py). Both paths then execute it the
 same way (engine/apply_batch.py: latest event per key, stage, merge), locally or on Spark.
 
-The target or Redis away (:func:`apply_tables`, both paths): a table's step is run again
-with backoff for up to ``apply.retry_for_s`` (engine/retry.py). The path
+A run's tables one after another, riding out outages: engine/apply_run.py (which first
+finds, with engine/apply_survey.py, the tables with nothing to apply). The path
 (:func:`choose_path`): up to ``apply.local_max_events`` events in-process, else Spark.
 
 No Spark and no Airflow here.
@@ -27,17 +27,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .apply_hold import held_at, latest_per_key, released  # noqa: F401 - (latest_per_key: imported from here)
-from .config import Config, SourceConfig, TargetConfig
-from .errors import (LeaseLostError, NoPrimaryKeyError, SourceSetupError, SourceUnavailableError, StateLostError,
-                     TablesNotAppliedError, TargetUnavailableError, UnknownTableError)
+from .apply_survey import survey
+from .config import Config, SourceConfig
+from .errors import NoPrimaryKeyError, SourceSetupError, SourceUnavailableError, UnknownTableError
 from .positions import Position
-from .retry import Retrier, count_retry, redis_is_transient
+from .retry import Retrier
 from .schema import TableSchema
 from .quarantine import fix_for, quarantine_table, release_refused_shape, settle
 from .schema_evolution import Evolution, kept_name_reused, version_evolution
 from .schema_history import version_at
 from .sweep import sweep_table
-from .targets import name_clashes
 from .targets.base import append_changelog
 
 log = logging.getLogger(__name__)
@@ -256,10 +255,13 @@ def pending_ranges(target, store, state, source_name: str, tables: list[str]) ->
     """``(table, files, lo, hi)`` of each table with events still to apply, read-only. A
     target table that does not exist counts from the start of the log (:func:`plan_table`
     will reset it)."""
-    frontier = state.frontier()
+    found = survey(target, store, state, source_name, tables)   # (the tables with nothing to apply left out)
+    frontier = found.frontier
     if frontier is None:
         return
     for table in tables:
+        if table in found.quiet:
+            continue
         applied = target.applied_pos(source_name, table) if target.exists(table) else None
         if applied is None or applied < frontier:
             files = store.files_for_range(table, applied, frontier)
@@ -305,90 +307,3 @@ def with_sweep(result: dict, target, target_name: str, store, state, source_cfg:
     dump once the apply has reached it (``engine/sweep.py``)."""
     deleted = sweep_table(target, target_name, store, state, source_cfg, schema)
     return result if deleted is None else result | {"orphans_deleted": deleted}
-
-
-# -- a run's tables, riding out outages ---------------------------------------------------
-def target_label(tcfg: TargetConfig) -> str:
-    ep = tcfg.endpoint   # None: a lake target, named by its path
-    where = tcfg.path if ep is None else f"{ep.host}:{ep.port}/{ep.database or 'postgres'}"
-    return f"target {tcfg.name} ({tcfg.kind} {where})"
-
-
-def target_retrier(target, tcfg: TargetConfig, state, retry_for_s: float) -> Retrier:
-    """Retries of a run's steps while the target or Redis is away (counted as ``apply_retries``)."""
-    def on_retry(error: BaseException) -> None:
-        target.close()  # its connection is dead: the next use opens a new one
-        count_retry(state, "apply_retries")
-    return Retrier("apply.retry_for_s", retry_for_s, lambda e: target.is_transient(e) or redis_is_transient(e),
-                   TargetUnavailableError, on_retry)
-
-
-def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store, state,
-                 schemas: dict[str, TableSchema], names: list[str], retry_for_s: float) -> tuple[dict, int]:
-    """Each table's batch (``applier.apply_table``: either path's), then its orphan sweep:
-    ``({table: result}, retries)``. The target or Redis away: the step runs again with
-    backoff for up to ``retry_for_s`` since the outage began, then TargetUnavailableError.
-    Running it again is safe: a merge that failed moved nothing (rows and checkpoint are
-    one commit); one that went through moved its checkpoint, so the next plan starts after
-    it (a commit whose answer was lost is not applied twice)."""
-    retry = target_retrier(target, tcfg, state, retry_for_s)
-    results: dict[str, dict] = {}
-    errors: dict[str, Exception] = {}
-    clashes = name_clashes(scfg.tables, tcfg.changelog, tcfg.name)
-    for t in names:
-        if t in clashes:   # held, named (targets/__init__.py)
-            results[t] = clashes[t]
-            continue
-        try:
-            results[t] = _apply_one(applier, target, tcfg, scfg, store, state, schemas[t], retry)
-        except (TargetUnavailableError, LeaseLostError, StateLostError):
-            raise   # the target, Redis or the run itself: no table can go on
-        except Exception as e:   # noqa: BLE001 - one table's failure does not stop the others
-            log.exception("apply of %s to %s failed; the run goes on with the other tables", t, target_label(tcfg))
-            results[t], errors[t] = {"status": "failed", "error": f"{type(e).__name__}: {e}"}, e
-    if errors:   # (the first table's error as the cause)
-        raise TablesNotAppliedError(
-            f"apply to {target_label(tcfg)}: {len(errors)} table(s) failed, the other {len(results) - len(errors)} "
-            "went on: " + "; ".join(f"{t}: {results[t]['error']}" for t in errors), results) from next(iter(errors.values()))
-    return results, retry.retries
-
-
-def _apply_one(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store, state, schema: TableSchema,
-               retry) -> dict:
-    """One table's batches (one after another across changes of shape), then its orphan sweep."""
-    t = schema.qualified
-    before, what = retry.retries, f"apply of {t} to {target_label(tcfg)}"
-    res = last = retry.run(lambda: applier.apply_table(schema), what)
-    while (last.get("evolved") and last["status"] in ("applied", "empty")) or \
-            (last.get("quarantined") or {}).get("releasing"):
-        # the batch ended at a change of the table's shape, which the target took, or at the
-        # break a done dump releases (quarantine.settle): go on from it
-        more = retry.run(lambda: applier.apply_table(schema), what)
-        if "from" in more and more["from"] == last["from"]:   # the checkpoint did not move: a concurrent run took it
-            break
-        res, last = combined(res, more), more
-    res = retry.run(lambda: with_sweep(res, target, tcfg.name, store, state, scfg, schema), what)
-    return res | ({"retries": retry.retries - before} if retry.retries > before else {})
-
-
-def combined(first: dict, then: dict) -> dict:
-    """One table's result over its batches, one after another (a change of shape between)."""
-    out = then | {k: first.get(k, 0) + then.get(k, 0) for k in
-                  ("files", "events", "rows", "inserted", "updated", "deleted", "stale", "seconds",
-                   "changelog_rows") if k in first or k in then}
-    return out | {"from": first["from"], "seconds": round(out["seconds"], 3),
-                  "evolved": first.get("evolved", []) + then.get("evolved", [])}
-
-
-def run_result(tcfg: TargetConfig, scfg: SourceConfig, run_id: str, results: dict[str, dict],
-               started: float, via: str, **more) -> dict:
-    """The result of an apply run, the same for both paths (``apply_job`` prints it)."""
-    total = lambda k: sum(r.get(k, 0) for r in results.values())  # noqa: E731
-    return {"target": tcfg.name, "source": scfg.name, "run_id": run_id, "via": via, "tables": results,
-            **more,
-            "events": total("events"), "inserted": total("inserted"), "updated": total("updated"),
-            "deleted": total("deleted"), "orphans_deleted": total("orphans_deleted"),
-            "changed": [t for t, r in results.items()
-                        if r.get("inserted") or r.get("updated") or r.get("deleted") or r.get("orphans_deleted")],
-            "seconds": round(time.monotonic() - started, 3)}
-

@@ -82,6 +82,11 @@ def quarantine_table(state, table: str, at: Position, why: str) -> None:
         log.error("%s, quarantined since %s, broke again at %s: %s", table, old["at"], at, why)
 
 
+def quarantined_names(state) -> set[str]:
+    """The tables with a quarantine record (each target's apply meets it: :func:`settle`)."""
+    return set(state.r.hkeys(state.k(KEY)))
+
+
 def rebuilt_at(state, table: str, target: str) -> Position | None:
     """The break ``target``'s table was last rebuilt at, or None."""
     v = state.r.hget(state.k(REBUILT), f"{table}|{target}")
@@ -151,7 +156,7 @@ def settle(target, state, source_name: str, table: str, versions: list,
     applied = target.applied_pos(source_name, table)
     if getattr(target.config, "changelog", False) and applied is not None and applied < pending[0]:
         # its changelog takes the events up to the break first (this batch); the same run then
-        # comes back here and rebuilds (apply_plan.apply_tables: "releasing")
+        # comes back here and rebuilds (apply_run.apply_tables: "releasing")
         return entry | {"at": pending[0].encode(), "releasing": rid}
     rebuild(target, source_name, shape_at(at), at)
     state.r.hset(state.k(REBUILT), f"{table}|{name}", json.dumps({"at": at.encode(), "request": rid,

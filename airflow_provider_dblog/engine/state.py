@@ -355,8 +355,15 @@ class RedisState(Leases):
         sweep = self.sweep(table)
         if sweep is None:
             return None
-        done = self.r.hget(self.k("sweeps_done"), f"{table}|{target}")
-        return None if done and json.loads(done)["below"] >= sweep["below"] else sweep
+        return _pending(sweep, self.r.hget(self.k("sweeps_done"), f"{table}|{target}"))
+
+    def pending_sweeps(self, target: str) -> set[str]:
+        """The tables with a sweep ``target`` has not run yet (two reads for all tables)."""
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.k("sweeps"))
+            pipe.hgetall(self.k("sweeps_done"))
+            sweeps, done = pipe.execute()
+        return {t for t, v in sweeps.items() if _pending(json.loads(v), done.get(f"{t}|{target}"))}
 
     def sweeps_done(self, table: str) -> dict[str, dict]:
         """Per target, the last sweep of ``table`` it ran."""
@@ -383,3 +390,8 @@ class RedisState(Leases):
         keys = list(self.r.scan_iter(match=f"{self.p}:*", count=1000))
         if keys:
             self.r.delete(*keys)
+
+
+def _pending(sweep: dict, done: str | None) -> dict | None:
+    """``sweep`` unless the target's record of the sweep it ran (``done``) is as late."""
+    return None if done and json.loads(done)["below"] >= sweep["below"] else sweep

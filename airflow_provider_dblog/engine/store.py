@@ -136,15 +136,22 @@ class EventStore:
         return {t for t in tables if any(info.base_name.startswith(SCHEMA_PREFIX)
                                          for info in self._files(self.table_dir(t)))}
 
-    def schema_versions(self, table: str) -> list[tuple[Position, dict]]:
-        """The table's schema versions, in position order."""
+    def schema_version_files(self, table: str, listed: list[pafs.FileInfo] | None = None) -> list[tuple[Position, str]]:
+        """``(position, path)`` of the table's schema versions, in position order, unread."""
         out = []
-        for info in self._files(self.table_dir(table)):
+        for info in self._table_files(table, listed):
             name = info.base_name
             if name.startswith(SCHEMA_PREFIX) and name.endswith(SCHEMA_SUFFIX):
-                with self.fs.open_input_stream(info.path) as f:
-                    out.append((Position.decode(name[len(SCHEMA_PREFIX):-len(SCHEMA_SUFFIX)]), json.loads(f.read())))
+                out.append((Position.decode(name[len(SCHEMA_PREFIX):-len(SCHEMA_SUFFIX)]), info.path))
         return sorted(out, key=lambda v: v[0])
+
+    def read_schema_version(self, path: str) -> dict:
+        with self.fs.open_input_stream(path) as f:
+            return json.loads(f.read())
+
+    def schema_versions(self, table: str, listed: list[pafs.FileInfo] | None = None) -> list[tuple[Position, dict]]:
+        """The table's schema versions, in position order."""
+        return [(pos, self.read_schema_version(path)) for pos, path in self.schema_version_files(table, listed)]
 
     def write_snapshot(self, table: TableSchema, hw: Position, data: pa.Table) -> str:
         """``data`` has the event schema (built by the reconciler)."""
@@ -243,8 +250,25 @@ class EventStore:
         sel = pafs.FileSelector(posixpath.join(self.root, "events", self.source), allow_not_found=True)
         return sorted(i.base_name for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.Directory)
 
-    def files_for_range(self, table: str, lo: Position | None, hi: Position) -> list[str]:
-        """Files that may hold events with lo < pos < hi.
+    def listing(self) -> dict[str, list[pafs.FileInfo]]:
+        """Every table's files, from one listing of the source's folder (an apply run's
+        survey of many tables: engine/apply_survey.py); pass a table's to the methods that
+        take ``listed`` instead of listing its folder again."""
+        base = posixpath.join(self.root, "events", self.source)
+        out: dict[str, list[pafs.FileInfo]] = {}
+        for info in self._files(base, recursive=True):
+            table, _, name = posixpath.relpath(info.path, base).partition("/")
+            if name and "/" not in name:   # (a table's own files only)
+                out.setdefault(table, []).append(info)
+        return out
+
+    def _table_files(self, table: str, listed: list[pafs.FileInfo] | None) -> list[pafs.FileInfo]:
+        return self._files(self.table_dir(table)) if listed is None else listed
+
+    def files_for_range(self, table: str, lo: Position | None, hi: Position,
+                        listed: list[pafs.FileInfo] | None = None) -> list[str]:
+        """Files that may hold events with lo < pos < hi (``listed``: the table's files, as
+        :meth:`listing` found them).
 
         A log file holds positions from its name up to the next log file's name (a later
         start: files with the same start, a transaction's parts or a zombie tail's file,
@@ -255,7 +279,7 @@ class EventStore:
         tail's files do not.
         """
         logs, snaps = [], []
-        for info in self._files(self.table_dir(table)):
+        for info in self._table_files(table, listed):
             if ".tmp-" in info.base_name or not info.base_name.endswith(SUFFIX):
                 continue
             (logs if info.base_name.startswith(LOG_PREFIX) else snaps).append(
@@ -273,13 +297,17 @@ class EventStore:
                    if start < hi and (lo is None or (start.log, start.offset) >= (lo.log, lo.offset))]
         return chosen
 
-    def files_with_events(self, table: str, lo: Position | None, hi: Position) -> list[str]:
+    def files_with_events(self, table: str, lo: Position | None, hi: Position,
+                          listed: list[pafs.FileInfo] | None = None) -> list[str]:
         """files_for_range, less the files without an event at lo <= pos < hi (read by their
         ``pos`` alone): a file named before a change of the table's shape may hold only
         events before it, in the earlier shape, which a read of the range in its own shape
-        must not open."""
+        must not open. A file whose ``pos`` statistics (Parquet's min and max, bounds by the
+        format's rule) lie wholly outside the range is left out unread."""
         out = []
-        for path in self.files_for_range(table, lo, hi):
+        for path in self.files_for_range(table, lo, hi, listed):
+            if self._pos_outside(path, lo, hi):
+                continue
             pos = pq.read_table(path, columns=["pos"], filesystem=self.fs)["pos"]
             inside = pc.less(pos, hi.encode())
             if lo is not None:
@@ -287,6 +315,26 @@ class EventStore:
             if pc.any(inside).as_py():
                 out.append(path)
         return out
+
+    def _pos_outside(self, path: str, lo: Position | None, hi: Position) -> bool:
+        """Whether the file's ``pos`` statistics show no position in ``[lo, hi)`` (False when
+        a row group has none: the file is read)."""
+        md = pq.read_metadata(path, filesystem=self.fs)
+        if md.num_row_groups == 0:
+            return True
+        first = md.row_group(0)   # (``pos`` is the third leaf from the end: events.event_arrow_schema)
+        column = next((j for j in [md.num_columns - 3, *range(md.num_columns)]
+                       if j >= 0 and first.column(j).path_in_schema == "pos"), None)
+        if column is None:
+            return False
+        low = high = None
+        for i in range(md.num_row_groups):
+            stats = md.row_group(i).column(column).statistics
+            if stats is None or not stats.has_min_max:
+                return False
+            low = stats.min if low is None else min(low, stats.min)
+            high = stats.max if high is None else max(high, stats.max)
+        return low >= hi.encode() or (lo is not None and high < lo.encode())
 
     def read_range(self, table: TableSchema, lo: Position | None, hi: Position,
                    ops: Iterable[str] | None = None) -> pa.Table:

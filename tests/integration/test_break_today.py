@@ -1,6 +1,6 @@
 """Breaking today's changes (generated inputs, real servers).
 
-1. apply_plan.apply_tables: one table's own apply error stops only that table (the first,
+1. apply_run.apply_tables: one table's own apply error stops only that table (the first,
    the last, two of them, its orphan sweep; local and Spark); a target away, a lost lease or
    lost state still stop the whole run.
 2. PostgreSQL key_texts (canonical_keys / equal_keys): composite keys mixing text-typed

@@ -106,7 +106,8 @@ class Target(Protocol):
     # its tables
     def exists(self, table: TableSchema | str) -> bool: ...
     def check_table(self, table: TableSchema, names: list[str] | None = None) -> None: ...   # TargetShapeError:
-    # a shape it cannot hold (``names``: the columns it would have, when not the source's)
+    # a shape it cannot hold (``names``: the columns it would have, when not the source's); a target whose
+    # ``holds_every_shape`` attribute is true (PostgreSQL) refuses none
     def ensure_table(self, table: TableSchema) -> bool: ...       # True if created
     def columns(self, table: TableSchema | str) -> list[str]: ...  # [] if absent
     def drop_table(self, table: TableSchema) -> None: ...
@@ -143,6 +144,30 @@ class Target(Protocol):
                          truncated_ts: int | None = None) -> int: ...
     def append_marked(self, table: TableSchema, source: str, op: str, at: Position,
                       images: pa.Table | None = None) -> int: ...
+
+
+def checkpoints(target: Target, source: str, tables: list[str]) -> dict[str, tuple[bool, Position | None]]:
+    """{table: (its target table exists, its applied position)} of many tables: in one read
+    where the target has a ``checkpoints`` method (PostgreSQL), else asked table by table."""
+    many = getattr(target, "checkpoints", None)
+    if many is not None:
+        return many(source, tables)
+    out = {}
+    for t in tables:
+        there = target.exists(t)
+        out[t] = (there, target.applied_pos(source, t) if there else None)
+    return out
+
+
+def advance_applied_many(target: Target, source: str, tables: list[str], pos: Position) -> None:
+    """``advance_applied`` of many tables to ``pos`` (no rows, no change of shape): in one
+    transaction where the target has ``advance_applied_many`` (PostgreSQL), else one by one."""
+    many = getattr(target, "advance_applied_many", None)
+    if many is not None:
+        many(source, tables, pos)
+        return
+    for t in tables:
+        target.advance_applied(source, t, pos)
 
 
 def append_changelog(target: Target, table: TableSchema, events: Iterable[pa.Table], source: str,

@@ -66,6 +66,11 @@ def qualified_name(schema: str, name: str) -> sql.Composed:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
 
 
+def qualified_text(schema: str, name: str) -> str:
+    """``"schema"."name"`` as text (``to_regclass``'s argument, Spark's ``dbtable``)."""
+    return '"{}"."{}"'.format(schema.replace('"', '""'), name.replace('"', '""'))
+
+
 # -- reading values back exactly -------------------------------------------------------------
 FROM_TEXT = {"date": parse_pg_date, "timestamp": parse_pg_timestamp,
               "timestamptz": lambda text: parse_pg_timestamp(text, True)}

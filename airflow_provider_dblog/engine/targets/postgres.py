@@ -31,14 +31,14 @@ from ..positions import Position
 from ..arrow_values import to_arrow
 from ..schema import TableSchema
 from ..values import comparable_key, pg_options
-from . import pg_read
+from . import pg_checkpoint, pg_read
 from .base import MergeResult
 from .pg_copy import copy_rows
 from .pg_errors import is_transient
 from .pg_evolve import evolve_table, table_columns
 from .pg_stage import stage_and_merge
 from .pg_tables import (OP_COLUMN, POS_COLUMN, STAGE_PREFIX, STATE_TABLE, dblog_tables, from_row, json_as_text, qualified_name,
-                        read_list, source_table_name, target_table_name)
+                        qualified_text, read_list, source_table_name, target_table_name)
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class PostgresTarget:  # implements targets.base.Target
 
     def qualified_stage(self, stage: str) -> str:
         """The stage's name as SQL text (quoted), for Spark's ``dbtable`` option."""
-        return '"{}"."{}"'.format(self.schema.replace('"', '""'), stage.replace('"', '""'))
+        return qualified_text(self.schema, stage)
 
     # -- DDL -----------------------------------------------------------------------
     def _ensure_schema(self, cur) -> None:
@@ -134,8 +134,11 @@ class PostgresTarget:  # implements targets.base.Target
         cur.execute("SELECT to_regclass(%s) IS NOT NULL", (self.qualified_stage(name),))
         return bool(cur.fetchone()[0])
 
+    # every shape a source gives is a PostgreSQL table's (logical_types.postgres_type)
+    holds_every_shape = True
+
     def check_table(self, table: TableSchema, names: list[str] | None = None) -> None:
-        """Every shape a source gives is a PostgreSQL table's (logical_types.postgres_type)."""
+        """Nothing to refuse: ``holds_every_shape``."""
 
     def ensure_table(self, table: TableSchema) -> bool:
         """Create the target table (and the checkpoint table) if it does not exist, under
@@ -199,8 +202,8 @@ class PostgresTarget:  # implements targets.base.Target
 
     # -- checkpoint ----------------------------------------------------------------
     def _lock(self, cur, table: TableSchema | str) -> None:
-        key = f"dblog-apply|{self.database}|{self.schema}|{target_table_name(table)}"
-        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                    (pg_checkpoint.lock_key(self.database, self.schema, table),))
 
     def _applied(self, cur, source: str, table: TableSchema | str) -> Position | None:
         if not self._table_exists(cur, STATE_TABLE):
@@ -233,6 +236,16 @@ class PostgresTarget:  # implements targets.base.Target
             if moved := self._advance(cur, source, table, pos):
                 self._evolve(cur, table, evolve)
             return moved
+
+    # many tables at once (base.checkpoints / base.advance_applied_many): pg_checkpoint.py
+    def checkpoints(self, source: str, tables: list[str]) -> dict[str, tuple[bool, Position | None]]:
+        with self.conn, self.conn.cursor() as cur:
+            return pg_checkpoint.read(cur, self.schema, source, tables)
+
+    def advance_applied_many(self, source: str, tables: list[str], pos: Position) -> int:
+        with self.conn, self.conn.cursor() as cur:
+            self._ensure_schema(cur)
+            return pg_checkpoint.advance(cur, self.database, self.schema, source, tables, pos)
 
     def reset_applied(self, source: str, table: TableSchema | str) -> None:
         """Forget the checkpoint (the target table was recreated empty: re-apply from the start)."""
@@ -374,13 +387,8 @@ class PostgresTarget:  # implements targets.base.Target
         with self.conn, self.conn.cursor() as cur:
             return self._table_exists(cur, target_table_name(table))
 
-    @staticmethod
-    def uri(table: TableSchema | str) -> None:   # its Asset is the source table's (assets.table_asset)
-        return None
-
-    @staticmethod
-    def version(table: TableSchema | str) -> None:   # a SQL table has no versions
-        return None
+    # its Asset is the source table's (assets.table_asset); a SQL table has no versions
+    uri = version = staticmethod(lambda table: None)
 
     def drop_all(self) -> list[str]:
         """Drop every table this target created in its schema (tests, demo resets): only
