@@ -59,7 +59,8 @@ def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store,
     what = f"the checkpoints of {len(names)} table(s) on {target_label(tcfg)}"
     quiet = retry.run(lambda: survey(target, store, state, scfg.name, [t for t in names if t not in clashes]), what)
     if empty := [t for t, status in quiet.quiet.items() if status == EMPTY]:
-        retry.run(lambda: advance_applied_many(target, scfg.name, empty, quiet.frontier), what)
+        retry.run(lambda: advance_applied_many(target, scfg.name, {t: quiet.applied[t] for t in empty},
+                                               quiet.frontier), what)
     if quiet.quiet:
         log.info("apply to %s: %d of %d table(s) had nothing to apply (%d checkpoint(s) moved; %.3fs)", tcfg.name,
                  len(quiet.quiet), len(names), len(empty), quiet.seconds)

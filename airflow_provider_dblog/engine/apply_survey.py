@@ -29,6 +29,7 @@ No Spark and no Airflow here.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -37,6 +38,8 @@ from .quarantine import quarantined_names, refusal
 from .schema import TableSchema
 from .schema_evolution import IGNORE
 from .targets.base import checkpoints
+
+log = logging.getLogger(__name__)
 
 EMPTY, UP_TO_DATE = "empty", "up_to_date"
 
@@ -57,7 +60,10 @@ class Survey:
 
 
 def survey(target, store, state, source_name: str, tables: list[str]) -> Survey:
-    """The run's quiet tables among ``tables`` (module documentation); read-only."""
+    """The run's quiet tables among ``tables`` (module documentation); read-only. A table
+    whose survey meets an error of its own (a damaged file, a target table that cannot be
+    read) is not quiet: ``plan_table`` meets the error, where it stops only that table (the
+    target away still stops the run: retried as every step)."""
     t0 = time.monotonic()
     frontier = state.frontier()
     out = Survey(frontier)
@@ -67,23 +73,32 @@ def survey(target, store, state, source_name: str, tables: list[str]) -> Survey:
     marks = checkpoints(target, source_name, [t for t in tables if t not in held])
     listed = store.listing()
     for table, (there, applied) in marks.items():
-        if not there or applied is None:
+        try:
+            status = _quiet(target, store, table, there, applied, frontier, listed.get(table, []))
+        except Exception as e:   # noqa: BLE001 - the table's own trouble: planned table by table
+            if target.is_transient(e):
+                raise
+            log.warning("apply survey: %s is planned table by table (%s: %s)", table, type(e).__name__, e)
             continue
-        files = listed.get(table, [])
-        versions = store.schema_version_files(table, files)
-        if not versions or any(applied < at <= frontier for at, _ in versions):
-            continue
-        if not getattr(target, "holds_every_shape", False):   # (a lake table refuses some: check_table)
-            holding = [path for at, path in versions if at <= applied]
-            version = store.read_schema_version(holding[-1] if holding else versions[0][1])
-            if version.get("behaviour") == IGNORE or refusal(target, TableSchema.from_dict(version["schema"])):
-                continue
-        if applied >= frontier:
-            out.quiet[table] = UP_TO_DATE
-        elif not store.files_with_events(table, applied, frontier, files):
-            out.quiet[table] = EMPTY
-        else:
-            continue
-        out.applied[table] = applied
+        if status is not None:
+            out.quiet[table], out.applied[table] = status, applied
     out.seconds = round(time.monotonic() - t0, 3)
     return out
+
+
+def _quiet(target, store, table: str, there: bool, applied: Position | None, frontier: Position,
+           files: list) -> str | None:
+    """EMPTY or UP_TO_DATE if the table is quiet (module documentation), else None."""
+    if not there or applied is None:
+        return None
+    versions = store.schema_version_files(table, files)
+    if not versions or any(applied < at <= frontier for at, _ in versions):
+        return None
+    if not getattr(target, "holds_every_shape", False):   # (a lake table refuses some: check_table)
+        holding = [path for at, path in versions if at <= applied]
+        version = store.read_schema_version(holding[-1] if holding else versions[0][1])
+        if version.get("behaviour") == IGNORE or refusal(target, TableSchema.from_dict(version["schema"])):
+            return None
+    if applied >= frontier:
+        return UP_TO_DATE
+    return None if store.files_with_events(table, applied, frontier, files) else EMPTY

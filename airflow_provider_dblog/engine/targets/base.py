@@ -148,26 +148,36 @@ class Target(Protocol):
 
 def checkpoints(target: Target, source: str, tables: list[str]) -> dict[str, tuple[bool, Position | None]]:
     """{table: (its target table exists, its applied position)} of many tables: in one read
-    where the target has a ``checkpoints`` method (PostgreSQL), else asked table by table."""
+    where the target has a ``checkpoints`` method (PostgreSQL), else asked table by table;
+    there, a table whose read fails for a reason of its own (its table damaged) is left out
+    (an apply meets the error with that table alone), the target away is raised."""
     many = getattr(target, "checkpoints", None)
     if many is not None:
         return many(source, tables)
     out = {}
     for t in tables:
-        there = target.exists(t)
-        out[t] = (there, target.applied_pos(source, t) if there else None)
+        try:
+            there = target.exists(t)
+            out[t] = (there, target.applied_pos(source, t) if there else None)
+        except Exception as e:   # noqa: BLE001 - the table's own trouble
+            if target.is_transient(e):
+                raise
     return out
 
 
-def advance_applied_many(target: Target, source: str, tables: list[str], pos: Position) -> None:
-    """``advance_applied`` of many tables to ``pos`` (no rows, no change of shape): in one
-    transaction where the target has ``advance_applied_many`` (PostgreSQL), else one by one."""
+def advance_applied_many(target: Target, source: str, tables: dict[str, Position], pos: Position) -> None:
+    """``advance_applied`` of many tables to ``pos`` (no rows, no change of shape), each only
+    from the checkpoint given for it (``{table: applied}``, as read before): one that moved
+    or was forgotten meanwhile (another run applied the table, or reset it to re-apply it
+    from the start) is left as it is. In one transaction where the target has
+    ``advance_applied_many`` (PostgreSQL), else one by one."""
     many = getattr(target, "advance_applied_many", None)
     if many is not None:
         many(source, tables, pos)
         return
-    for t in tables:
-        target.advance_applied(source, t, pos)
+    for t, applied in tables.items():
+        if target.applied_pos(source, t) == applied:
+            target.advance_applied(source, t, pos)
 
 
 def append_changelog(target: Target, table: TableSchema, events: Iterable[pa.Table], source: str,

@@ -33,18 +33,22 @@ def read(cur, schema: str, source: str, tables: list[str]) -> dict[str, tuple[bo
     return {t: (exists[qualified_text(schema, target_table_name(t))], applied.get(source_table_name(t))) for t in tables}
 
 
-def advance(cur, database: str, schema: str, source: str, tables: list[str], pos: Position) -> int:
+def advance(cur, database: str, schema: str, source: str, tables: dict[str, Position], pos: Position) -> int:
     """Move the checkpoints of ``tables`` (no rows, no change of shape) forward to ``pos``,
-    never back: how many moved. The locks are taken in one order (no two such runs deadlock)."""
+    each only from the position given for it ({table: applied}, as :func:`read` found it),
+    never back: how many moved. A checkpoint another run moved or removed meanwhile (it
+    applied the table, or forgot the checkpoint to re-apply it from the start: a target
+    table dropped by hand) stays as that run left it. The locks are taken in one order (no
+    two such runs deadlock)."""
     if not tables:
         return 0
     cur.execute("SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) "
                 "FROM (SELECT k FROM unnest(%s::text[]) AS k ORDER BY k) AS keys",
                 (sorted({lock_key(database, schema, t) for t in tables}),))
-    rows = [(source, source_table_name(t), pos.encode()) for t in tables]
+    rows = [(source, source_table_name(t), was.encode(), pos.encode()) for t, was in tables.items()]
     execute_values(cur, sql.SQL(
-        "INSERT INTO {} AS s (source, table_name, pos, applied_at) VALUES %s "
-        "ON CONFLICT (source, table_name) DO UPDATE SET pos = EXCLUDED.pos, applied_at = EXCLUDED.applied_at "
-        "WHERE s.pos < EXCLUDED.pos").format(qualified_name(schema, STATE_TABLE)).as_string(cur),
-        rows, template="(%s, %s, %s, now())", page_size=len(rows))
+        "UPDATE {} AS s SET pos = v.pos, applied_at = now() FROM (VALUES %s) AS v (source, table_name, was, pos) "
+        "WHERE s.source = v.source AND s.table_name = v.table_name AND s.pos = v.was "
+        "AND s.pos < v.pos").format(qualified_name(schema, STATE_TABLE)).as_string(cur),
+        rows, template="(%s, %s, %s, %s)", page_size=len(rows))
     return cur.rowcount

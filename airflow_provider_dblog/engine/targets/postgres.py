@@ -242,7 +242,7 @@ class PostgresTarget:  # implements targets.base.Target
         with self.conn, self.conn.cursor() as cur:
             return pg_checkpoint.read(cur, self.schema, source, tables)
 
-    def advance_applied_many(self, source: str, tables: list[str], pos: Position) -> int:
+    def advance_applied_many(self, source: str, tables: dict[str, Position], pos: Position) -> int:
         with self.conn, self.conn.cursor() as cur:
             self._ensure_schema(cur)
             return pg_checkpoint.advance(cur, self.database, self.schema, source, tables, pos)
