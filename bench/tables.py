@@ -154,14 +154,20 @@ def update_rows(src, tables: list[str], rows: int, wseq: int) -> None:
         conn.close()
 
 
-def _tail_run(env: Env, start: Position, resume: dict, n: int) -> dict:
+def _tail_run(env: Env, start: Position, resume: dict, n: int, profile: Path | None = None) -> dict:
     token = env.state.acquire_lease("bench-seed", 30)
     env.state.commit(token, start, resume, [], 0)
     env.state.release_lease(token)
     tail = Tail(open_source(env.cfg.source()), env.state, env.store, env.cfg.tail, owner="bench", dump=env.cfg.dump)
     t0 = time.monotonic()
     try:
-        stats = tail.run(max_events=n)
+        if profile is None:
+            stats = tail.run(max_events=n)
+        else:
+            import cProfile
+            prof = cProfile.Profile()
+            stats = prof.runcall(tail.run, max_events=n)
+            prof.dump_stats(str(profile))
     finally:
         tail.source.close()
     wall = time.monotonic() - t0
@@ -180,7 +186,8 @@ def tail_phase(a, src, workdir: Path, names: list[str]) -> dict:
         out: dict = {"events": n, "written_tables": len(written)}
         for label, env in envs.items():
             cold = _tail_run(env, start, resume, n)
-            warm = [_tail_run(env, start, resume, n) for _ in range(a.repeat)]
+            warm = [_tail_run(env, start, resume, n, a.out / f"tail-{label}-{i}.prof" if a.profile else None)
+                    for i in range(a.repeat)]
             out[label] = {"tables": len(env.cfg.source().tables), "cold": cold, "warm": warm,
                           "events_per_s": statistics.median(w["events_per_s"] for w in warm)}
             log.info("tail: %d captured: %s events/s (cold run %s events/s)", out[label]["tables"],
@@ -284,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parse-repeat", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("/tmp/dblog-bench-tables"))
     p.add_argument("--keep", action="store_true")
-    p.add_argument("--profile", action="store_true", help="cProfile each timed apply run (apply-*.prof under --out)")
+    p.add_argument("--profile", action="store_true", help="cProfile each timed tail and apply run (tail-*.prof, apply-*.prof under --out)")
     a = p.parse_args(argv)
     if not 1 <= a.changed <= SMALL:
         p.error(f"--changed must be 1..{SMALL} (the baseline captures {SMALL} tables)")
