@@ -251,17 +251,57 @@ def test_a_set_of_64_members_with_its_last_bit_reads_as_its_members(tmp_path):
     assert compiled == library
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an ENUM / SET label outside the BMP ('\U0001d11e'): the shape is read from the catalog "
-    "(information_schema is utf8mb3: the label comes back as '?'), the TABLE_MAP has the true "
-    "label, so logged_shape_problem calls every rows event of the table another shape: "
-    "TableBroken and its rows skipped, with either decoder (not the decoder's fault)"))
+# labels outside the BMP (information_schema and SHOW CREATE TABLE print each such character as
+# '?'), one that really is '?', and two that differ only in which such character they hold (_bin)
+WIDE = "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+WIDE_LABELS = {"e": ("a", "\U0001d11e", "?", "x\U0001f600y?", "\U0001f600"),
+               "s": ("p", "\U0001d11e", "?", "\U0001f600")}
+
+
 def test_an_enum_label_outside_the_bmp_is_read(tmp_path):
+    """The shape's labels are the true ones (catalog._true_labels: the server's own text of
+    each label's number): the TABLE_MAP check passes and the compiled decoder's ENUM index and
+    SET mask map to them. Before, every rows event of the table broke it, with either decoder."""
     library, compiled = _both(tmp_path, ["t"], ["CREATE TABLE t (id INT PRIMARY KEY, e ENUM('a', '\U0001d11e') "
                                                 "CHARACTER SET utf8mb4)"], ["INSERT INTO t VALUES (1, '\U0001d11e')"])
     assert compiled == library
     assert [(type(i).__name__, getattr(i, "after", None)) for i in compiled if not isinstance(i, tuple) or hasattr(i, "op")] \
         == [("Event", {"id": 1, "e": "\U0001d11e"})]
+
+
+def test_enum_and_set_labels_outside_the_bmp_and_a_real_question_mark_read_alike(tmp_path):
+    enum, members = WIDE_LABELS["e"], WIDE_LABELS["s"]
+    sets = ["\U0001d11e,?", "\U0001f600", "?", ",".join(members), ""]
+    rows = [(i, enum[i % len(enum)], sets[i % len(sets)], "?" if i % 2 else "\U0001d11e")
+            for i in range(len(enum) * 2)]
+    quoted = lambda labels: ", ".join(f"'{v}'" for v in labels)   # noqa: E731
+    library, compiled = _both(
+        tmp_path, ["t"], [f"CREATE TABLE t (id INT PRIMARY KEY, e ENUM({quoted(enum)}) {WIDE}, "
+                          f"s SET({quoted(members)}) {WIDE}, g ENUM('?', '\U0001d11e') CHARACTER SET utf8mb4)"],
+        ["INSERT INTO t VALUES " + ", ".join(f"({i}, '{e}', '{s}', '{g}')" for i, e, s, g in rows),
+         "UPDATE t SET e = '?', s = '\U0001d11e', g = '?' WHERE id = 1",   # before images too
+         "DELETE FROM t WHERE id = 3"])
+    assert compiled == library
+    assert [type(i).__name__ for i in library if type(i) is not tuple] == ["Event"] * (len(rows) + 2), library
+    changes = [i for i in library if hasattr(i, "op")]
+    assert [tuple(c.after.values()) for c in changes[:len(rows)]] == rows   # exactly the labels written
+    assert changes[-2].before == dict(zip(("id", "e", "s", "g"), rows[1])) and \
+        changes[-2].after == {"id": 1, "e": "?", "s": "\U0001d11e", "g": "?"}
+    assert changes[-1].before == dict(zip(("id", "e", "s", "g"), rows[3])) and not any(c.error for c in changes)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "an ENUM / SET label outside ASCII in a character set other than utf8 (latin1 'é', any utf16le "
+    "label): the TABLE_MAP carries the labels in the column's character set and mysql-replication "
+    "decodes them as UTF-8 (an undecodable one as ''), so logged_shape_problem calls every rows event "
+    "of the table another shape: TableBroken and its rows skipped, with either decoder"))
+@pytest.mark.parametrize("column", ["ENUM('a', '\u00e9') CHARACTER SET latin1",
+                                    "ENUM('a', 'b') CHARACTER SET utf16le"])
+def test_an_enum_label_in_another_character_set_is_read(tmp_path, column):
+    library, compiled = _both(tmp_path, ["t"], [f"CREATE TABLE t (id INT PRIMARY KEY, e {column})"],
+                              ["INSERT INTO t VALUES (1, 'a')"])
+    assert [(type(i).__name__, getattr(i, "after", None)) for i in library if type(i) is not tuple] \
+        == [("Event", {"id": 1, "e": "a"})]
 
 
 @pytest.mark.parametrize("decoder", [MES, LIB])
@@ -344,10 +384,15 @@ def test_a_stop_with_the_batch_queue_full_is_prompt_and_ends_the_poll_thread(tmp
             assert list(read) == []
             took = time.monotonic() - t0
             source.close()
-            assert took < 1.0 and not polling.is_alive(), (took, polling.is_alive())
+            # well inside the join's wait (5 s) the bug waited out, with room for a loaded machine
+            assert took < 2.5 and not polling.is_alive(), (took, polling.is_alive())
         finally:
             if polling is not None:   # let a stuck thread's put() through, so it ends
-                while polling.is_alive():
+                stop[0] = True
+                read.close()
+                source.close()
+                deadline = time.monotonic() + 30
+                while polling.is_alive() and time.monotonic() < deadline:
                     while not polling.out.empty():
                         polling.out.get_nowait()
                     polling.join(0.1)

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 from ...errors import SchemaChangedError
 from ...schema import TableSchema
 from .ddl import TableStatement, literal_default
-from .types import NativeColumn
+from .types import NativeColumn, prints_as
 
 
 @dataclass(frozen=True)
@@ -76,14 +76,22 @@ def _logged_problem(native: NativeColumn, col: Any) -> str:
     if m and (getattr(col, "precision", None), getattr(col, "decimals", 0) or 0) != (int(m.group(1)), int(m.group(2) or 0)):
         return f"decimal({col.precision},{col.decimals or 0})"
     if dt == "enum" and getattr(col, "enum_values", None) and list(col.enum_values[1:]) != list(native.set_values):
-        return f"enum values {col.enum_values[1:]}"
+        return f"enum values {col.enum_values[1:]}{_unread_labels(native, col.enum_values[1:])}"
     if dt == "set" and getattr(col, "set_values", None) and list(col.set_values) != list(native.set_values):
-        return f"set values {col.set_values}"
+        return f"set values {col.set_values}{_unread_labels(native, col.set_values)}"
     if dt == "bit" and getattr(col, "bits", None) not in (None, native.length):
         return f"bit({col.bits})"
     collation = getattr(col, "collation_name", None)
     if collation and native.charset and collation.split("_")[0] != native.charset.split("_")[0]:
         return f"collation {collation}"
+    return ""
+
+
+def _unread_labels(native: NativeColumn, logged: Sequence[str]) -> str:
+    """Why the labels read differ from the logged ones when only as the catalog prints them."""
+    if len(logged) == len(native.set_values) and all(map(prints_as, logged, native.set_values)):
+        return (" (the catalog prints each character outside the BMP as '?', and the server did not give "
+                "the true labels: catalog._true_labels)")
     return ""
 
 

@@ -2,6 +2,8 @@
 each column, and its storage engine."""
 from __future__ import annotations
 
+import dataclasses
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -10,15 +12,17 @@ import pymysql
 
 from ...errors import SourceSetupError, UnknownTableError
 from ...schema import Column, TableSchema
-from .sql import quote_table
+from .sql import quote_ident, quote_table
 from .types import (NativeColumn, add_decode_table, bit_length, check_charset, has_decode_table,
-                    logical_type, set_members)
+                    logical_type, prints_as, set_members)
 
 # engines that roll back (MyISAM, Aria, MEMORY do not: their rows stay written when
 # the transaction around them rolls back)
 TRANSACTIONAL_ENGINES = {"innodb", "xtradb", "rocksdb", "tokudb"}
 
 Query = Callable[[str, Sequence[Any]], list[tuple]]
+
+log = logging.getLogger(__name__)
 
 
 # a DEFAULT that is a constant as information_schema shows it (MariaDB quotes strings;
@@ -96,12 +100,53 @@ def _read_table(query: Query, table: str, source_name: str, zero_as_null: bool) 
                                      charset=str(charset or "").lower(),
                                      zero_as_null=zero_as_null)
         columns.append(Column(cname, logical, nullable == "YES"))
+    labels_read = _true_labels(query, table, native)
     try:
         schema = TableSchema(db, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
     except ValueError as e:   # its columns and its key read apart while a DDL ran between
         raise SourceSetupError(f"the shape of {table} could not be read consistently ({e})") from None
     return CatalogTable(schema, native, str(kind[0][1] or "").lower(), defaults,
-                        create if show_create(query, table) == create else "")
+                        create if labels_read and show_create(query, table) == create else "")
+
+
+# character sets that hold characters outside the BMP: information_schema (utf8mb3) and
+# SHOW CREATE TABLE print each such character of an ENUM / SET label as one '?'
+_WIDE_CHARSETS = {"utf8mb4", "utf16", "utf16le", "utf32"}
+
+
+def _true_labels(query: Query, table: str, native: dict[str, NativeColumn]) -> bool:
+    """Replace in ``native`` the ENUM / SET labels the catalog printed with a '?' that may
+    stand for a character outside the BMP by the true ones, each the server's own text of
+    the label's number (ENUM index, SET bit) for a variable of the column's type (MariaDB's
+    TYPE OF, in an anonymous block: a read, with the SELECT privilege the dump needs).
+    False when a label read is not one the catalog printed (the table changed meanwhile:
+    read again). A server that cannot say (MySQL has no TYPE OF) leaves the printed labels:
+    the binlog's TABLE_MAP has the true ones, so rows events of the table break it, loud
+    (captured.logged_shape_problem), never a wrong label."""
+    wanted = [(c, i) for c, n in native.items() if n.data_type in ("enum", "set") and n.charset in _WIDE_CHARSETS
+              for i, m in enumerate(n.set_values) if "?" in m]
+    if not wanted:
+        return True
+    db, _, name = table.partition(".")
+    declare = " ".join(
+        f"DECLARE l{k} TYPE OF {quote_ident(db)}.{quote_ident(name)}.{quote_ident(c)} "
+        f"DEFAULT {i + 1 if native[c].data_type == 'enum' else 1 << i};" for k, (c, i) in enumerate(wanted))
+    select = ", ".join(f"HEX(CONVERT(l{k} USING utf8mb4))" for k in range(len(wanted)))
+    try:
+        rows = query(f"BEGIN NOT ATOMIC {declare} SELECT {select}; END")
+        found = [bytes.fromhex(h).decode("utf-8") for h in rows[0]]
+    except (pymysql.MySQLError, IndexError, TypeError, ValueError) as e:
+        log.warning("%s: the true labels of its ENUM / SET columns printed with '?' could not be read (%s); "
+                    "rows events with a label outside the BMP will break the table", table, e)
+        return True
+    labels = {c: list(n.set_values) for c, n in native.items()}
+    for (c, i), label in zip(wanted, found):
+        if not prints_as(label, labels[c][i]):
+            return False
+        labels[c][i] = label
+    for c in {c for c, _ in wanted}:
+        native[c] = dataclasses.replace(native[c], set_values=tuple(labels[c]))
+    return True
 
 
 NO_SUCH_TABLE = 1146

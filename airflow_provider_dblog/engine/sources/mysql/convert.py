@@ -266,10 +266,10 @@ def _label_number(n: NativeColumn, value: str) -> int | None:
     """The number MariaDB stores for an ENUM label (its index, '' of a bad value 0) or a SET
     value (its members' bits); None if the column has no such label."""
     if n.data_type == "enum":
-        if value in n.set_values:
-            return n.set_values.index(value) + 1
+        if value in n.set_values:   # a label twice: two the catalog printed alike ('?' for one outside the BMP)
+            return n.set_values.index(value) + 1 if n.set_values.count(value) == 1 else None
         return 0 if value == "" else None
     members = value.split(",") if value else []
-    if any(m not in n.set_values for m in members):
+    if any(n.set_values.count(m) != 1 for m in members):
         return None
     return sum(1 << i for i, m in enumerate(n.set_values) if m in members)

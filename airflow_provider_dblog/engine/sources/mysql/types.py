@@ -174,6 +174,14 @@ def set_members(column_type: str) -> tuple[str, ...]:
     return tuple(v.replace("''", "'") for v in re.findall(r"'((?:[^']|'')*)'", m.group(1)))
 
 
+def prints_as(label: str, printed: str) -> bool:
+    """Whether an ENUM / SET ``label`` prints as ``printed`` in the catalog (utf8mb3:
+    information_schema, SHOW CREATE TABLE): the same characters, but each character outside
+    the BMP, which prints as one '?' (a '?' is also itself)."""
+    return len(printed) == len(label) and all(
+        p == c or (p == "?" and ord(c) > 0xFFFF) for p, c in zip(printed, label))
+
+
 def select_expr(n: NativeColumn) -> str:
     """The SELECT expression giving a column's value in the form the binlog decodes.
 
