@@ -247,28 +247,28 @@ def _pg_drop(target, name: str) -> None:
         cur.execute(f'DROP TABLE "{target.schema}"."{DB}__{name}"')
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
+def twins_agree(tmp_path, database: str, lake: bool, situation) -> None:
+    a, f, plans = situation
+    got, want, seen_x, seen_y, quiet = run_twins(tmp_path, database, lake, a, f, plans)
+    event(f"quiet tables: {len(quiet)} of {len(plans)}")
+    note(f"with the survey: {got}; quiet: {quiet}")
+    assert got == want
+    assert seen_x == seen_y
+
+
+SLOW_OK = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@settings(max_examples=40, **SLOW_OK)
 @given(situations(lake=False))
 def test_a_run_with_the_survey_does_what_one_without_it_does_postgres(tmp_path, pg_database, situation):
-    a, f, plans = situation
-    got, want, seen_x, seen_y, quiet = run_twins(tmp_path, pg_database, False, a, f, plans)
-    event(f"quiet tables: {len(quiet)} of {len(plans)}")
-    note(f"with the survey: {got}; quiet: {quiet}")
-    assert got == want
-    assert seen_x == seen_y
+    twins_agree(tmp_path, pg_database, False, situation)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, **SLOW_OK)   # (fewer on Delta: each commit writes files and a log entry)
 @given(situations(lake=True))
 def test_a_run_with_the_survey_does_what_one_without_it_does_delta(tmp_path, pg_database, situation):
-    a, f, plans = situation
-    got, want, seen_x, seen_y, quiet = run_twins(tmp_path, pg_database, True, a, f, plans)
-    event(f"quiet tables: {len(quiet)} of {len(plans)}")
-    note(f"with the survey: {got}; quiet: {quiet}")
-    assert got == want
-    assert seen_x == seen_y
+    twins_agree(tmp_path, pg_database, True, situation)
 
 
 def test_a_survey_that_skips_events_is_caught(tmp_path, pg_database):
