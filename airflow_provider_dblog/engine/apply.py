@@ -19,6 +19,7 @@ from typing import Callable
 from .apply_batch import LocalApplier
 from .apply_plan import LOCAL, SPARK, choose_path, load_schemas, resolve_tables
 from .apply_run import apply_tables, run_result, target_label, target_retrier
+from .apply_survey import Survey
 from .config import Config, TargetConfig
 from .jobs import run_spark_job
 from .schema import TableSchema
@@ -33,11 +34,16 @@ VIAS = ("auto", LOCAL, SPARK)
 def choose_via(config: Config, target_name: str | None, tables: str | list[str] | None) -> dict:
     """Which path an apply run of ``tables`` takes: ``{"via": "local"|"spark",
     "pending_events", "local_max_events", "choose_s"}`` (``apply_plan.choose_path``)."""
+    return _choose(config, target_name, tables)[0]
+
+
+def _choose(config: Config, target_name: str | None, tables: str | list[str] | None) -> tuple[dict, Survey | None]:
+    """:func:`choose_via`'s answer, and the survey it made (an in-process run takes it over)."""
     tcfg = config.target(target_name)
     scfg = config.source(tcfg.source)
     names = resolve_tables(scfg, tables)
     t0 = time.monotonic()
-    retries = 0
+    retries, found = 0, None
     if config.apply.local_max_events <= 0:
         via, n = SPARK, -1
     else:
@@ -45,8 +51,8 @@ def choose_via(config: Config, target_name: str | None, tables: str | list[str] 
         try:
             parts = Wiring(config, scfg.name)
             retry = target_retrier(target, tcfg, parts.state, config.apply.retry_for_s)
-            via, n = retry.run(lambda: choose_path(config, target, parts.store, parts.state, scfg.name, names),
-                               f"counting the events to apply to {target_label(tcfg)}")
+            via, n, found = retry.run(lambda: choose_path(config, target, parts.store, parts.state, scfg.name, names),
+                                      f"counting the events to apply to {target_label(tcfg)}")
             retries = retry.retries
         finally:
             target.close()
@@ -54,7 +60,7 @@ def choose_via(config: Config, target_name: str | None, tables: str | list[str] 
              n if n >= 0 else "?", config.apply.local_max_events,
              "in-process" if via == LOCAL else "on Spark")
     return {"via": via, "pending_events": n, "local_max_events": config.apply.local_max_events,
-            "choose_s": round(time.monotonic() - t0, 3)} | ({"choose_retries": retries} if retries else {})
+            "choose_s": round(time.monotonic() - t0, 3)} | ({"choose_retries": retries} if retries else {}), found
 
 
 def run_apply(config: Config, target_name: str | None = None, tables: str | list[str] | None = None, *,
@@ -69,12 +75,13 @@ def run_apply(config: Config, target_name: str | None = None, tables: str | list
         raise ValueError(f"apply via must be auto, {LOCAL} or {SPARK}, not {via!r}")
     tcfg = config.target(target_name)
     chosen: dict = {}
+    found = None   # the survey counting made (engine/apply_survey.py): not made twice
     if via == "auto":
-        chosen = choose_via(config, tcfg.name, tables)
+        chosen, found = _choose(config, tcfg.name, tables)
         via = chosen.pop("via")
     more = chosen.pop("choose_retries", 0)  # the target or Redis away while counting (choose_via)
     if via == LOCAL:
-        result = _apply_local(config, tcfg, tables, schemas, schema_file, **chosen)
+        result = _apply_local(config, tcfg, tables, schemas, schema_file, found, **chosen)
     else:
         if run_spark is None:
             run_spark = lambda: _submit_apply_job(config, tcfg, tables, schema_file)  # noqa: E731
@@ -96,7 +103,8 @@ def _submit_apply_job(config: Config, tcfg: TargetConfig, tables: str | list[str
 
 
 def _apply_local(config: Config, tcfg: TargetConfig, tables: str | list[str] | None,
-                 schemas: dict[str, TableSchema] | None, schema_file: str, **more) -> dict:
+                 schemas: dict[str, TableSchema] | None, schema_file: str, found: Survey | None = None,
+                 **more) -> dict:
     """One apply run in this process (whatever its size): the same result as ``apply_job``."""
     started = time.monotonic()
     scfg = config.source(tcfg.source)
@@ -111,7 +119,7 @@ def _apply_local(config: Config, tcfg: TargetConfig, tables: str | list[str] | N
     applier = LocalApplier(target, store, state, scfg.name)
     try:
         results, retries = apply_tables(applier, target, tcfg, scfg, store, state, schemas_of, names,
-                                        config.apply.retry_for_s)
+                                        config.apply.retry_for_s, found)
     finally:
         target.close()
     return run_result(tcfg, scfg, applier.run_id, results, started, LOCAL, spark_start_s=0.0, retries=retries,

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .apply_hold import held_at, latest_per_key, released  # noqa: F401 - (latest_per_key: imported from here)
-from .apply_survey import survey
+from .apply_survey import Survey, survey
 from .config import Config, SourceConfig
 from .errors import NoPrimaryKeyError, SourceSetupError, SourceUnavailableError, UnknownTableError
 from .positions import Position
@@ -251,11 +251,12 @@ def plan_table(target, store, state, source_name: str, schema: TableSchema) -> B
     return b
 
 
-def pending_ranges(target, store, state, source_name: str, tables: list[str]) -> Iterator[tuple[str, list[str], str, str]]:
+def pending_ranges(target, store, state, source_name: str, tables: list[str],
+                   found: Survey | None = None) -> Iterator[tuple[str, list[str], str, str]]:
     """``(table, files, lo, hi)`` of each table with events still to apply, read-only. A
     target table that does not exist counts from the start of the log (:func:`plan_table`
-    will reset it)."""
-    found = survey(target, store, state, source_name, tables)   # (the tables with nothing to apply left out)
+    will reset it). ``found``: the run's survey, if made already (its quiet tables left out)."""
+    found = found or survey(target, store, state, source_name, tables)
     frontier = found.frontier
     if frontier is None:
         return
@@ -280,25 +281,28 @@ def held_tables(target, store, state, source_name: str, tables: list[str]) -> di
 
 
 def pending_events(target, store, state, source_name: str, tables: list[str],
-                   stop_above: int | None = None) -> int:
+                   stop_above: int | None = None, found: Survey | None = None) -> int:
     """Events still to apply in ``tables`` (a replayed flush's count twice), without
     changing anything: the basis of :func:`choose_path`."""
     n = 0
-    for _, files, lo, hi in pending_ranges(target, store, state, source_name, tables):
+    for _, files, lo, hi in pending_ranges(target, store, state, source_name, tables, found):
         n += events_in_range(store, files, lo, hi, None if stop_above is None else stop_above - n)
         if stop_above is not None and n > stop_above:
             break
     return n
 
 
-def choose_path(config: Config, target, store, state, source_name: str, tables: list[str]) -> tuple[str, int]:
-    """``("local", events)`` when the run's events fit ``apply.local_max_events``, else
-    ``("spark", events)`` (``events`` then only says "more than the limit")."""
+def choose_path(config: Config, target, store, state, source_name: str,
+                tables: list[str]) -> tuple[str, int, Survey | None]:
+    """``("local", events, survey)`` when the run's events fit ``apply.local_max_events``,
+    else ``("spark", events, survey)`` (``events`` then only says "more than the limit");
+    ``survey``: the run's (engine/apply_survey.py), which the in-process run takes over."""
     limit = config.apply.local_max_events
     if limit <= 0:
-        return SPARK, -1
-    n = pending_events(target, store, state, source_name, tables, stop_above=limit)
-    return (LOCAL if n <= limit else SPARK), n
+        return SPARK, -1, None
+    found = survey(target, store, state, source_name, tables)
+    n = pending_events(target, store, state, source_name, tables, stop_above=limit, found=found)
+    return (LOCAL if n <= limit else SPARK), n, found
 
 
 def with_sweep(result: dict, target, target_name: str, store, state, source_cfg: SourceConfig,

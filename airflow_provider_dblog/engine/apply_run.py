@@ -16,7 +16,7 @@ import time
 from typing import Callable
 
 from .apply_plan import with_sweep
-from .apply_survey import EMPTY, survey
+from .apply_survey import EMPTY, Survey, survey
 from .config import SourceConfig, TargetConfig
 from .errors import LeaseLostError, StateLostError, TablesNotAppliedError, TargetUnavailableError
 from .retry import Retrier, count_retry, redis_is_transient
@@ -43,7 +43,7 @@ def target_retrier(target, tcfg: TargetConfig, state, retry_for_s: float) -> Ret
 
 def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store, state,
                  schemas_of: Callable[[list[str]], dict[str, TableSchema]], names: list[str],
-                 retry_for_s: float) -> tuple[dict, int]:
+                 retry_for_s: float, found: Survey | None = None) -> tuple[dict, int]:
     """The quiet tables' checkpoints moved at once (engine/apply_survey.py); then each other
     table's batch (``applier.apply_table``: either path's; its schema from
     ``schemas_of(tables)``), then its orphan sweep: ``({table: result}, retries)`` in the
@@ -57,8 +57,10 @@ def apply_tables(applier, target, tcfg: TargetConfig, scfg: SourceConfig, store,
     errors: dict[str, Exception] = {}
     clashes = name_clashes(scfg.tables, tcfg.changelog, tcfg.name)
     what = f"the checkpoints of {len(names)} table(s) on {target_label(tcfg)}"
-    quiet = retry.run(lambda: survey(target, store, state, scfg.name, [t for t in names if t not in clashes]), what)
-    if empty := [t for t, status in quiet.quiet.items() if status == EMPTY]:
+    # (``found``: the survey the run's choice of path made a moment ago, taken over)
+    quiet = found or retry.run(lambda: survey(target, store, state, scfg.name, [t for t in names if t not in clashes]),
+                               what)
+    if empty := [t for t, status in quiet.quiet.items() if status == EMPTY and t not in clashes]:
         retry.run(lambda: advance_applied_many(target, scfg.name, {t: quiet.applied[t] for t in empty},
                                                quiet.frontier), what)
     if quiet.quiet:
