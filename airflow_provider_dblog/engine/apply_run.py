@@ -26,6 +26,7 @@ from .targets.base import advance_applied_many
 
 log = logging.getLogger(__name__)
 
+
 def target_label(tcfg: TargetConfig) -> str:
     ep = tcfg.endpoint   # None: a lake target, named by its path
     where = tcfg.path if ep is None else f"{ep.host}:{ep.port}/{ep.database or 'postgres'}"
@@ -126,4 +127,3 @@ def run_result(tcfg: TargetConfig, scfg: SourceConfig, run_id: str, results: dic
             "changed": [t for t, r in results.items()
                         if r.get("inserted") or r.get("updated") or r.get("deleted") or r.get("orphans_deleted")],
             "seconds": round(time.monotonic() - started, 3)}
-
