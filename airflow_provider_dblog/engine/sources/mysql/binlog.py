@@ -23,6 +23,7 @@ from ..base import Idle, LogItem, RowChange, TxnEnd, WatermarkSeen
 from .binlog_shapes import ShapeHandlers
 from .captured import CapturedTable, check_binlog_key, logged_shape_problem
 from .ddl import read_statement, savepoint_statement
+from .logged_labels import install, true_labels
 from .rows import NO_NAMES, RowConverter, raw_text
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class BinlogReader(ShapeHandlers):
         from pymysqlreplication.constants import FIELD_TYPE
         from pymysqlreplication.event import (HeartbeatLogEvent, NotImplementedEvent, QueryEvent,
                                               RotateEvent, XAPrepareEvent, XidEvent)
-        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+        from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
         # the stream gives only these classes (exactly: it filters by class), so
         # type(event) picks the handler
@@ -127,7 +128,9 @@ class BinlogReader(ShapeHandlers):
             QueryEvent: self._on_query, RotateEvent: self._on_rotate,
             HeartbeatLogEvent: lambda ev: iter((Idle(),)), XAPrepareEvent: self._on_xa_prepare,
             NotImplementedEvent: self._on_not_implemented,
+            TableMapEvent: self._on_table_map,
         }
+        install()   # the library reads ENUM / SET labels as logged (logged_labels.py)
         self.time2 = FIELD_TYPE.TIME2
         self.should_stop = should_stop
         stream = self._open(BinLogStreamReader, list(handlers))
@@ -142,6 +145,11 @@ class BinlogReader(ShapeHandlers):
                     return
         finally:
             stream.close()
+
+    @staticmethod
+    def _on_table_map(ev: Any) -> Iterator[LogItem]:
+        true_labels(ev)   # its ENUM / SET labels as logged (logged_labels.py), before its rows use them
+        return iter(())
 
     def _open(self, stream_class: type, events: list[type]):
         s, ep = self.settings, self.settings.endpoint

@@ -13,6 +13,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from .logged_labels import install, true_labels
+
 HEADER = struct.Struct("<IBIIIH")   # timestamp, type, server id, event size, next position, flags
 QUERY, ROTATE, FORMAT_DESCRIPTION, XID, TABLE_MAP, XA_PREPARE = 2, 4, 15, 16, 19, 38
 ROWS_V1 = {23: "insert", 24: "update", 25: "delete"}   # MariaDB's
@@ -90,6 +92,7 @@ class LibraryEvents:
 
     def __init__(self):
         from pymysqlreplication import event, row_event
+        install()   # the library reads ENUM / SET labels as logged (logged_labels.py)
         self._allowed = frozenset((event.QueryEvent, event.RotateEvent, event.FormatDescriptionEvent,
                                    event.XAPrepareEvent, row_event.TableMapEvent, row_event.WriteRowsEvent,
                                    row_event.UpdateRowsEvent, row_event.DeleteRowsEvent))
@@ -108,4 +111,6 @@ class LibraryEvents:
         ev = packet.event
         if data[4] == FORMAT_DESCRIPTION and ev is not None:
             self.version, self.post_header_lengths = ev.mysql_version, ev.post_header_len
+        elif data[4] == TABLE_MAP and ev is not None:
+            true_labels(ev)
         return ev

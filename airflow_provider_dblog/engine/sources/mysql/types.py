@@ -118,9 +118,19 @@ class NativeColumn:
     @property
     def encoding(self) -> str:
         """The Python codec of the column's character set (for raw binlog bytes)."""
-        if self.charset in _SERVER_TABLES:
-            return _SERVER_PREFIX + self.charset
-        return _CODECS.get(self.charset, self.charset or "utf-8")
+        return codec_of(self.charset)
+
+
+def codec_of(charset: str) -> str:
+    """The Python codec that decodes text of a MySQL character set as the server does."""
+    if charset in _SERVER_TABLES:
+        return _SERVER_PREFIX + charset
+    return python_codec(charset)
+
+
+def python_codec(charset: str) -> str:
+    """Python's own codec of a MySQL character set (it also encodes)."""
+    return _CODECS.get(charset, charset or "utf-8")
 
 
 def bit_length(column_type: str) -> int:
