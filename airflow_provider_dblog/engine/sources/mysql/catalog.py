@@ -48,9 +48,15 @@ def read_table(query: Query, table: str, source_name: str, zero_as_null: bool) -
     """The shape of ``table`` ("db.name"); UnknownTableError if it is not a base table,
     SourceSetupError for a column type that cannot be carried, NoPrimaryKeyError. Read
     again (three times at most) while a DDL changes the table during the read (its SHOW
-    CREATE TABLE before and after differ), so that the create text goes with the shape."""
+    CREATE TABLE before and after differ), so that the create text goes with the shape.
+    SourceSetupError too for a definition the server prints as bytes that are not UTF-8 (its
+    utf8mb4 takes an encoded surrogate, ENUM(x'eda080'), which Python's codec refuses)."""
     for _ in range(3):
-        found = _read_table(query, table, source_name, zero_as_null)
+        try:
+            found = _read_table(query, table, source_name, zero_as_null)
+        except UnicodeDecodeError as e:
+            raise SourceSetupError(f"{table}: its definition holds text that is not UTF-8 ({e}); change the "
+                                   "column (a label or comment with an encoded surrogate?)") from None
         if found.create:
             break
     return found
@@ -101,6 +107,12 @@ def _read_table(query: Query, table: str, source_name: str, zero_as_null: bool) 
                                      zero_as_null=zero_as_null)
         columns.append(Column(cname, logical, nullable == "YES"))
     labels_read = _true_labels(query, table, native)
+    for k in key:   # rows two labels alike tell apart would be one row of the target
+        labels = native[k].set_values if k in native and native[k].data_type in ("enum", "set") else ()
+        if len(set(labels)) != len(labels):
+            raise SourceSetupError(
+                f"{table}.{k}: a key column with labels that read alike ({list(labels)}): rows that differ "
+                "only in which of them they hold could not be told apart; make its labels distinct")
     try:
         schema = TableSchema(db, name, tuple(columns), tuple(key))  # NoPrimaryKeyError if no key
     except ValueError as e:   # its columns and its key read apart while a DDL ran between
@@ -110,8 +122,9 @@ def _read_table(query: Query, table: str, source_name: str, zero_as_null: bool) 
 
 
 # character sets that hold characters outside the BMP: information_schema (utf8mb3) and
-# SHOW CREATE TABLE print each such character of an ENUM / SET label as one '?'
-_WIDE_CHARSETS = {"utf8mb4", "utf16", "utf16le", "utf32"}
+# SHOW CREATE TABLE print each such character of an ENUM / SET label as one '?' (of a
+# CHARACTER SET binary label, read as UTF-8 as the dump reads it: one '?' for each byte)
+_WIDE_CHARSETS = {"utf8mb4", "utf16", "utf16le", "utf32", "binary"}
 
 
 def _true_labels(query: Query, table: str, native: dict[str, NativeColumn]) -> bool:
@@ -141,7 +154,7 @@ def _true_labels(query: Query, table: str, native: dict[str, NativeColumn]) -> b
         return True
     labels = {c: list(n.set_values) for c, n in native.items()}
     for (c, i), label in zip(wanted, found):
-        if not prints_as(label, labels[c][i]):
+        if not prints_as(label, labels[c][i], 4 if native[c].charset == "binary" else 1):
             return False
         labels[c][i] = label
     for c in {c for c, _ in wanted}:

@@ -140,6 +140,9 @@ def _text(n: NativeColumn, value: Any) -> str:
         if isinstance(value, dt.timedelta):
             return format_time(value, n.fsp)
     elif n.data_type == "set" and isinstance(value, (set, frozenset)):
+        bits = {getattr(v, "bit", None) for v in value}   # logged_labels.SetMember: a member twice is two
+        if n.set_values and None not in bits:
+            return ",".join(m for i, m in enumerate(n.set_values) if i in bits)
         order = n.set_values or tuple(sorted(value))
         return ",".join(v for v in order if v in value)
     if isinstance(value, (bytes, bytearray)):  # text handed over as its bytes (rows.raw_text)

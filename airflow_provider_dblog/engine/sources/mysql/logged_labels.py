@@ -54,17 +54,65 @@ def install() -> None:
 def true_labels(ev: Any) -> None:
     """Put on a TABLE_MAP event parsed by mysql-replication (its ``columns``) the ENUM / SET
     labels as logged, each decoded in its column's character set. A label that does not
-    decode keeps the library's text: the shape check then names the column."""
+    decode keeps the library's text: the shape check then names the column. SET members
+    carry their bit (SetMember): two members alike (MariaDB takes a SET with a member twice
+    outside strict mode) stay two in the set the library makes of a value."""
+    collations = iter(getattr(getattr(ev, "optional_metadata", None), "enum_and_set_collation_list", None) or ())
     for c in ev.columns:
+        if c.type not in (ENUM, SET):
+            continue
+        charset = _charset(c, next(collations, None))
         if c.type == ENUM and c.enum_values:
-            c.enum_values = [""] + _decoded(c, c.enum_values[1:])
+            c.enum_values = [""] + _decoded(charset, c.enum_values[1:])
         elif c.type == SET and c.set_values:
-            c.set_values = _decoded(c, c.set_values)
+            c.set_values = [SetMember.of(m, bit) for bit, m in enumerate(_decoded(charset, c.set_values))]
 
 
-def _decoded(column: Any, labels: list) -> list[str]:
-    charset = (getattr(column, "collation_name", None) or "utf8mb4").split("_")[0]
+class SetMember(str):
+    """A SET member as the library puts it in a value's set: equal to its text, but two
+    members of the same text and other bits are two (convert._text orders them by ``bit``)."""
+    bit: int
+
+    @classmethod
+    def of(cls, text: str, bit: int) -> "SetMember":
+        m = cls(text)
+        m.bit = bit
+        return m
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and str.__eq__(self, other) and getattr(other, "bit", self.bit) == self.bit
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
+
+
+# MariaDB's UCA 14.0.0 collations (10.10+; mysql-replication 1.0.17 knows none of them): the
+# character set by the collation id's range
+_UCA1400 = {8: "utf8mb3", 9: "utf8mb4", 10: "ucs2", 11: "utf16", 12: "utf32"}
+
+
+def _charset(column: Any, collation_id: Any) -> str:
+    collation = getattr(column, "collation_name", None)
+    if collation:
+        return collation.split("_")[0]
+    if isinstance(collation_id, int) and collation_id >> 8 in _UCA1400:
+        return _UCA1400[collation_id >> 8]
+    return "utf8mb4"
+
+
+def _question_marks(e: UnicodeDecodeError) -> tuple[str, int]:
+    return "?" * (e.end - e.start), e.end
+
+
+codecs.register_error("dblog_each_byte_a_question_mark", _question_marks)
+
+
+def _decoded(charset: str, labels: list) -> list[str]:
     try:
+        if charset == "binary":   # as the server converts it (CAST AS CHAR, the dump): each bad byte a '?'
+            return [label.raw.decode("utf-8", "dblog_each_byte_a_question_mark") for label in labels]
         codec = codecs.lookup(codec_of(charset)).name
         return [label.raw.decode(codec) for label in labels]
     except (AttributeError, LookupError, UnicodeDecodeError, ValueError):

@@ -77,7 +77,7 @@ codecs.register(_server_codec)
 _CODECS = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin1": MARIADB_LATIN1,
            "ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le",
            "utf32": "utf-32-be", "binary": "latin-1", "koi8r": "koi8-r", "koi8u": "koi8-u",
-           "sjis": "shift_jis", "ujis": "euc_jp", "eucjpms": "euc_jp", "euckr": "euc_kr",
+           "sjis": "shift_jis", "ujis": "euc_jp", "eucjpms": "euc_jp", "euckr": "cp949",
            "gb2312": "gb2312", "gbk": "gbk", "big5": "big5", "cp932": "cp932", "greek": "iso8859-7",
            "hebrew": "iso8859-8", "latin2": "iso8859-2", "latin5": "iso8859-9",
            "latin7": "iso8859-13", "tis620": "cp874", "macroman": "mac-roman"}
@@ -176,20 +176,26 @@ def logical_type(data_type: str, column_type: str, precision: int | None, scale:
     raise ValueError(f"column type {column_type!r} is not supported")
 
 
+# how information_schema and SHOW CREATE TABLE print a character of an ENUM / SET label
+# (the server's append_unescaped): a quote doubled, and a backslash, NUL, LF and CR escaped
+_LABEL_ESCAPES = {"''": "'", "\\\\": "\\", "\\0": "\0", "\\n": "\n", "\\r": "\r"}
+
+
 def set_members(column_type: str) -> tuple[str, ...]:
     """The members of an ENUM(...) or SET(...) column type, in declaration order."""
     m = re.match(r"^\s*(?:set|enum)\s*\((.*)\)\s*$", column_type, re.S | re.I)
     if not m:
         return ()
-    return tuple(v.replace("''", "'") for v in re.findall(r"'((?:[^']|'')*)'", m.group(1)))
+    return tuple(re.sub(r"''|\\[\\0nr]", lambda e: _LABEL_ESCAPES[e.group()], v)
+                 for v in re.findall(r"'((?:[^']|'')*)'", m.group(1)))
 
 
-def prints_as(label: str, printed: str) -> bool:
+def prints_as(label: str, printed: str, marks: int = 1) -> bool:
     """Whether an ENUM / SET ``label`` prints as ``printed`` in the catalog (utf8mb3:
     information_schema, SHOW CREATE TABLE): the same characters, but each character outside
-    the BMP, which prints as one '?' (a '?' is also itself)."""
-    return len(printed) == len(label) and all(
-        p == c or (p == "?" and ord(c) > 0xFFFF) for p, c in zip(printed, label))
+    the BMP, which prints as one '?' (a '?' is also itself); ``marks`` 4: one '?' for each of
+    its bytes (a CHARACTER SET binary label)."""
+    return printed == "".join("?" * marks if ord(c) > 0xFFFF else c for c in label)
 
 
 def select_expr(n: NativeColumn) -> str:
