@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import yaml
+
 from airflow_provider_dblog.engine.apply import run_apply
 from airflow_provider_dblog.engine.requests import DumpSpec
 from airflow_provider_dblog.engine.jobs import run_spark_job
@@ -35,9 +37,19 @@ def _submit(env: Env, table: str, **spec) -> str:
         src.close()
 
 
-def _dump_job(env: Env, rid: str) -> dict:
-    return run_spark_job(env.cfg, "dump_job", ["--config", str(env.path), "--source", "src",
+def _dump_job(env: Env, rid: str, config: Path | None = None) -> dict:
+    return run_spark_job(env.cfg, "dump_job", ["--config", str(config or env.path), "--source", "src",
                                                "--request", rid])
+
+
+def _serial_config(env: Env) -> Path:
+    """The env's config with ``dump.pipeline: false`` (each chunk selected after the one
+    before it finished), for the same state and storage."""
+    raw = yaml.safe_load(env.path.read_text())
+    raw["dump"]["pipeline"] = False
+    path = env.dir / "dblog-serial.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
 
 
 # -- 1. dump throughput ---------------------------------------------------------
@@ -55,6 +67,8 @@ def dump(a, src, workdir: Path) -> dict:
         log.info("dump: our dump_job of %s (chunk %d, parallelism %d)", q, a.chunk_size, a.parallelism)
         ours = _dump_job(env, _submit(env, q))
         windows = env.closed_windows()
+        log.info("dump: our dump_job again, one chunk after the other (dump.pipeline false)")
+        serial = _dump_job(env, _submit(env, q), _serial_config(env))
         prof = None
         if a.profile:
             log.info("dump: profiled run of %d chunk(s)", a.profile_chunks)
@@ -81,8 +95,11 @@ def dump(a, src, workdir: Path) -> dict:
                  "rows_per_s": rate(ours["submit_seconds"]), "rows_per_s_excl_start": rate(ours["seconds"]),
                  "overhead_s": round(ours_start, 3), "finish_chunk_s_total": round(sum(waits), 3),
                  "finish_chunk_s_max": max(waits, default=0)},
+        "ours_serial": {"seconds": serial["submit_seconds"], "work_s": serial["seconds"],
+                        "rows_per_s_excl_start": rate(serial["seconds"])},
         "ratio": ratio(base["submit_seconds"], ours["submit_seconds"]),
         "ratio_excl_start": ratio(base["work_s"], ours["seconds"]),
+        "ratio_pipelined_vs_serial": ratio(serial["seconds"], ours["seconds"]),
         "goal": 0.7, "profile": prof,
     }
 

@@ -27,6 +27,30 @@ class ChunkPlanner:
                 return task
         return None
 
+    def successor(self, rid: str, spec: DumpSpec, task: ChunkTask) -> ChunkTask | None:
+        """The chunk ``next_chunk`` gives once ``task`` has completed, planned while it still
+        finishes (engine/dump_ahead.py): its table's next key range from ``task``'s end, or
+        its next slice of keys. None after a table's last chunk (the next table's start
+        writes progress: ``next_chunk`` plans it) or when no rows are left."""
+        if task.last:
+            return None
+        schema = self.source.table_schema(task.table)
+        progress = self.state.progress(rid, task.table)
+        if task.keys is not None:
+            start = progress["done_keys"] + len(task.keys)
+            batch = spec.keys[start:start + spec.chunk_size]
+            return ChunkTask(rid, task.table, keys=batch, last=start + len(batch) >= len(spec.keys)) if batch else None
+        upto = schema.decode_key(progress["max_key"])
+        return self._range_after(rid, spec, schema, schema.decode_key(task.end), upto)
+
+    def _range_after(self, rid: str, spec: DumpSpec, schema: TableSchema, after: tuple | None,
+                     upto: tuple) -> ChunkTask | None:
+        plan = self.source.plan_chunk(schema, after, upto, spec.chunk_size, spec.parallelism)
+        if plan is None:
+            return None
+        return ChunkTask(rid, schema.qualified, predicates=self.source.range_predicates(schema, plan),
+                         end=schema.encode_key(plan.end), last=plan.end == upto)
+
     def _next_range(self, rid: str, spec: DumpSpec, schema: TableSchema) -> ChunkTask | None:
         progress = self.state.progress(rid, schema.qualified)
         if progress.get("done"):
@@ -45,11 +69,10 @@ class ChunkPlanner:
             return self._table_done(rid, spec, schema, progress, end_read=True)
         upto = schema.decode_key(progress["max_key"])
         after = schema.decode_key(progress["last_key"]) if progress["last_key"] else None
-        plan = self.source.plan_chunk(schema, after, upto, spec.chunk_size, spec.parallelism)
-        if plan is None:  # the rows up to the max key are gone
+        task = self._range_after(rid, spec, schema, after, upto)
+        if task is None:  # the rows up to the max key are gone
             return self._table_done(rid, spec, schema, progress, end_read=True)
-        return ChunkTask(rid, schema.qualified, predicates=self.source.range_predicates(schema, plan),
-                         end=schema.encode_key(plan.end), last=plan.end == upto)
+        return task
 
     def _next_keys(self, rid: str, spec: DumpSpec, schema: TableSchema) -> ChunkTask | None:
         progress = self.state.progress(rid, schema.qualified)

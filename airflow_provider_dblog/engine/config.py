@@ -144,10 +144,13 @@ class DumpConfig:
     abandon_after_s: float | None = None
     # the source or Redis away during a chunk: redo the chunk with backoff for this long, then fail
     retry_for_s: float = 300.0
+    pipeline: bool = True   # select the next chunk while one finishes (engine/dump_ahead.py)
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "window_timeout_s", "retry_for_s"):
             _positive_seconds(self, "dump", name)
+        if not isinstance(self.pipeline, bool):
+            raise ConfigError(f"dump.pipeline must be true or false, not {self.pipeline!r}")
         v = self.abandon_after_s
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= self.lease_seconds):
             raise ConfigError(f"dump.abandon_after_s must be a number of seconds > dump.lease_seconds "

@@ -38,6 +38,7 @@ import redis
 from .chunk_plan import ChunkPlanner
 from .chunks import MISSING_SHOWN, ChunkTask, DumpSummary, check_advance, fail_window, missing_note  # noqa: F401
 from .config import DumpConfig
+from .dump_ahead import ChunkAhead
 from .errors import (ChunkShapeChangedError, ConfigError, DumpCancelledError, DumpPausedError, LeaseLostError,
                      SourceUnavailableError)
 from .keys import encode_scalar
@@ -78,6 +79,7 @@ class DumpRunner:
         self._watermark_table_ready = False
         self.lease: RequestLease | None = None  # while this runner holds a request (``holding``)
         self.retrying = False  # inside ``run``: a chunk that failed transiently is redone
+        self.ahead: ChunkAhead | None = None   # inside ``run`` with dump.pipeline
 
     def is_transient(self, error: BaseException) -> bool:
         """The source or Redis away (down, restarting, the connection cut), as Redis, the source
@@ -154,9 +156,11 @@ class DumpRunner:
                         self._after_failure)
         what = f"dump request {rid} of source {self.state.source}"
         self.retrying = True
+        self.ahead = ChunkAhead(self) if self.config.pipeline else None
         try:
             while max_chunks is None or done < max_chunks:
-                if not retry.run(lambda: self._one_chunk_in_its_shape(rid), what):
+                more = max_chunks is None or done + 1 < max_chunks   # a chunk after this one may be selected
+                if not retry.run(lambda: self._one_chunk_in_its_shape(rid, more), what):
                     break
                 done += 1
             else:  # --max-chunks reached
@@ -177,33 +181,49 @@ class DumpRunner:
             raise
         finally:
             self.retrying = False
+            if self.ahead is not None:
+                self.ahead.close()
+                self.ahead = None
         return self._summary(rid, spec, time.monotonic() - started, retry.retries)
 
-    def _one_chunk_in_its_shape(self, rid: str) -> bool:
+    def _one_chunk_in_its_shape(self, rid: str, more: bool = False) -> bool:
         """``_one_chunk``; a chunk whose table changed shape under it is selected again at once in
         the new shape (an expected redo, not an outage: no pause; ``chunks_redone``), up to
         SHAPE_REDOS times in a row; past that the retrier pauses (a table that never holds still)."""
         for _ in range(SHAPE_REDOS):
             try:
-                return self._one_chunk(rid)
+                return self._one_chunk(rid, more)
             except ChunkShapeChangedError as e:
                 count_retry(self.state, "chunks_redone")
                 log.info("dump request %s: %s", rid, e)
-        return self._one_chunk(rid)
+        return self._one_chunk(rid, more)
 
-    def _one_chunk(self, rid: str) -> bool:
-        """Steps 1-5 for the request's next chunk; False when none is left."""
-        task = self.next_chunk_of(rid)
-        if task is None:
-            return False
-        window, _ = self.open_chunk(task, abandon_after_s=0.0)
+    def _one_chunk(self, rid: str, more: bool = False) -> bool:
+        """Steps 1-5 for the request's next chunk (made ready while the one before it
+        finished, when it was: dump_ahead.py); False when none is left. ``more``: the
+        chunk after it is made ready meanwhile."""
+        ready = self.ahead.take() if self.ahead is not None else None
+        if ready is not None:
+            task, window, rows = ready
+        else:
+            task = self.next_chunk_of(rid)
+            if task is None:
+                return False
+            window, _ = self.open_chunk(task, abandon_after_s=0.0)
+            try:
+                rows = self.select_chunk(task, window)
+                self.write_hw(window)
+            except BaseException as e:
+                self._fail_window(window, e, "select")
+                raise
+        if more and self.ahead is not None:
+            self.ahead.start(rid, task, window)
         try:
-            rows = self.select_chunk(task, window)
-            self.write_hw(window)
-        except BaseException as e:
-            self._fail_window(window, e, "select")
+            self.finish_chunk(task, window, rows)
+        except BaseException:
+            if self.ahead is not None:
+                self.ahead.drop("the chunk before it did not finish")
             raise
-        self.finish_chunk(task, window, rows)
         return True
 
     # -- 1. the next chunk ---------------------------------------------------------
@@ -232,11 +252,13 @@ class DumpRunner:
         return task
 
     # -- 2. the window and the LW -------------------------------------------------------
-    def open_chunk(self, task: ChunkTask, abandon_after_s: float) -> tuple[Window, list[Window]]:
+    def open_chunk(self, task: ChunkTask, abandon_after_s: float,
+                   keep: str | None = None) -> tuple[Window, list[Window]]:
         """Open the chunk's window, then write its LW (step 2). One chunk of a request at a
         time: a window of the request younger than ``abandon_after_s`` is a chunk in flight
         (ChunkInFlightError, nothing written); older ones were left by a crashed run and are
-        closed as abandoned (returned). The window's floor is the tail's checkpoint."""
+        closed as abandoned (returned); but window ``keep``, the chunk before this one still
+        finishing (dump_ahead.py). The window's floor is the tail's checkpoint."""
         if not self._watermark_table_ready:
             self.source.ensure_watermark_table()
             self._watermark_table_ready = True
@@ -247,7 +269,7 @@ class DumpRunner:
             log.warning("source %s has no tail checkpoint yet: the window waits until a log tail runs",
                         self.state.source)
         window, abandoned = self.state.open_exclusive_window(task.request, task.table, cp.pos if cp else ZERO,
-                                                             abandon_after_s)
+                                                             abandon_after_s, keep)
         for w in abandoned:
             log.warning("closed window %s of %s (opened %.0fs ago) as abandoned: its chunk is redone",
                         w.id, w.table, time.time() - w.opened_at)

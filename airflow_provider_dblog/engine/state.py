@@ -173,9 +173,10 @@ class RedisState(Leases):
                 raise WindowTimeoutError(look.timeout_message(timeout_s))
             time.sleep(poll_s)
 
-    def open_exclusive_window(self, request: str, table: str, floor: Position,
-                              abandon_after_s: float) -> tuple[Window, list[Window]]:
-        """Open a window for the request's next chunk when no other chunk of it is in flight.
+    def open_exclusive_window(self, request: str, table: str, floor: Position, abandon_after_s: float,
+                              keep: str | None = None) -> tuple[Window, list[Window]]:
+        """Open a window for the request's next chunk when no other chunk of it is in flight
+        (but window ``keep``: the chunk before it, finishing meanwhile, engine/dump_ahead.py).
 
         Windows of the same request opened less than ``abandon_after_s`` ago are a chunk in
         flight: ChunkInFlightError, nothing changed. Older ones were left by a crashed run:
@@ -188,7 +189,8 @@ class RedisState(Leases):
             with self.r.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(key)
-                    mine = [w for w in (Window.from_json(v) for v in pipe.hvals(key)) if w.request == request]
+                    mine = [w for w in (Window.from_json(v) for v in pipe.hvals(key))
+                            if w.request == request and w.id != keep]
                     now = time.time()
                     young = [w for w in mine if now - w.opened_at < abandon_after_s]
                     if young:
