@@ -179,7 +179,7 @@ def test_a_chunk_whose_table_changed_shape_is_redone_at_once_then_left_to_the_ba
         state = SimpleNamespace(incr=counted.append)
         left = changes
 
-        def _one_chunk(self, rid):
+        def _one_chunk(self, rid, more=False):
             if self.left:
                 self.left -= 1
                 raise ChunkShapeChangedError(f"{rid}: t changed shape")

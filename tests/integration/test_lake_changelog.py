@@ -106,6 +106,7 @@ def _ops(log: pa.Table, key: int) -> list[str]:
     return [r["op"] for r in log.to_pylist() if (r["after"] or r["before"])["id"] == key]
 
 
+@pytest.mark.parametrize("src_db,lake", [("mariadb", "delta"), ("postgres", "iceberg")], indirect=True)  # (CI time)
 def test_the_changelog_holds_every_event_once_in_position_order(src_db, make_cdc, tmp_path, lake):
     cdc = _setup(src_db, make_cdc, tmp_path, lake)
     _writes(src_db)
@@ -150,6 +151,7 @@ def test_the_changelog_holds_every_event_once_in_position_order(src_db, make_cdc
     assert sorted((r for r in latest.values() if r), key=lambda r: r["id"]) == target.rows(schema)
 
 
+@pytest.mark.parametrize("src_db,lake", [("mariadb", "delta"), ("postgres", "iceberg")], indirect=True)  # (CI time)
 def test_a_truncate_is_a_changelog_row_once(src_db, make_cdc, tmp_path, lake):
     """A TRUNCATE that empties the target (schema_changes evolve) is a row of the
     changelog (op ``truncate``, no images, its source time) at its place in the log: with
@@ -315,6 +317,7 @@ def test_a_far_date_is_named_in_the_changelog_row_and_holds_only_the_current_sta
     assert "before.d = 'infinity' is not carried" in log[2]["error"], log[2]["error"]
 
 
+@pytest.mark.parametrize("src_db,lake", [("mariadb", "delta"), ("postgres", "iceberg")], indirect=True)  # (CI time)
 def test_maintenance_of_a_target_with_changelogs_keeps_every_table_and_position(src_db, make_cdc, tmp_path,
                                                                                   lake):
     """``dblog maintain`` takes every table of the target, changelog tables included

@@ -106,6 +106,7 @@ def _dump(cdc, spec: DumpSpec) -> None:
     assert cdc.state.request(rid)["status"] == "done", cdc.state.request(rid)
 
 
+@pytest.mark.parametrize("src_db,lake", [("mariadb", "delta"), ("postgres", "iceberg")], indirect=True)  # (CI time)
 def test_a_lake_table_converges_under_writes_and_a_full_dump(src_db, make_cdc, lake):
     cdc = _setup(src_db, make_cdc, lake)
     with Churn(src_db, seed=7) as churn:
@@ -123,6 +124,7 @@ def test_a_lake_table_converges_under_writes_and_a_full_dump(src_db, make_cdc, l
     cdc.assert_equal("t")
 
 
+@pytest.mark.parametrize("src_db,lake", [("mariadb", "delta"), ("postgres", "iceberg")], indirect=True)  # (CI time)
 def test_a_replayed_batch_changes_neither_rows_nor_version_and_the_position_moves_with_the_rows(src_db, make_cdc,
                                                                                                lake):
     cdc = _setup(src_db, make_cdc, lake, rows=50)
@@ -211,6 +213,7 @@ def _damage(target, schema) -> None:
     lake_append_behind(target, schema, rows)
 
 
+@pytest.mark.parametrize("src_db,lake", [("mariadb", "delta"), ("postgres", "iceberg")], indirect=True)  # (CI time)
 def test_a_resumed_dump_then_a_key_list_repair_with_deletes_keep_time_travel(src_db, make_cdc, lake):
     """A full dump stopped after two chunks and resumed (writes between) converges; then a
     hand-damaged lake table (rows deleted, a value changed, an extra key) is repaired by a
@@ -261,6 +264,7 @@ def test_the_spark_apply_path_merges_into_a_lake_table_as_the_local_one_does(src
     cdc.assert_equal("t", target="lake")
 
 
+@pytest.mark.parametrize("src_db,lake", [("mariadb", "delta"), ("postgres", "iceberg")], indirect=True)  # (CI time)
 def test_a_full_dump_sweeps_orphans_from_a_lake_table_and_nothing_else(src_db, make_cdc, lake):
     """Rows only the lake table holds (lost by the source without a log event, or put
     there by someone) leave it with a full dump's sweep (engine/sweep.py), one commit;

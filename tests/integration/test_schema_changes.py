@@ -206,7 +206,7 @@ def test_a_change_the_targets_cannot_follow_quarantines_that_table_only(src_db, 
     # a full dump of the table, requested after the change, releases it: the target table
     # is rebuilt in the new shape and applied from the change on
     rid = cdc.request(DumpSpec("table", [f"{cdc.db}.t"]))
-    assert cdc.dump_spark(rid)["status"] == "done"
+    cdc.dump_local("t", rid)   # in this process: Spark is not the subject
     cdc.drain()
     res = run_apply(cdc.cfg, "tgt", via="local")["tables"]
     assert res[f"{cdc.db}.t"]["status"] == "applied", res
@@ -236,7 +236,7 @@ def test_a_dropped_and_created_table_quarantines_until_a_dump(src_db, make_cdc):
     with cdc.target() as tgt:
         assert tgt.count(f"{cdc.db}.t") == 2        # kept as it was before the DROP
     rid = cdc.request(DumpSpec("table", [f"{cdc.db}.t"]))
-    assert cdc.dump_spark(rid)["status"] == "done"
+    cdc.dump_local("t", rid)   # in this process: Spark is not the subject
     cdc.drain()
     assert run_apply(cdc.cfg, "tgt", via="local")["tables"][f"{cdc.db}.t"]["status"] == "applied"
     _equal(cdc, "t", "u")
@@ -438,7 +438,7 @@ def test_a_table_added_to_the_config_is_captured_from_the_checkpoint_and_its_dum
     _run(src_db, "INSERT INTO u (id, v) VALUES (100, 100)")      # its changes are captured meanwhile
     _run(src_db, "UPDATE u SET v = 0 WHERE id = 5")
     _run(src_db, "INSERT INTO t (id, v) VALUES (2, 2)")
-    assert cdc.dump_spark(req["spec"]["id"])["status"] == "done"
+    cdc.dump_local("u", req["spec"]["id"])
     cdc.drain()
     cdc.stop_tail()
     assert cdc.tail_stats[-1].dump_requests == [{"table": f"{cdc.db}.u", "request_id": req["spec"]["id"]}]
@@ -479,7 +479,7 @@ def test_a_catalog_past_the_log_quarantines_that_table_and_the_tail_goes_on(src_
         return
     assert res[f"{cdc.db}.t"]["status"] == "quarantined" and "past" in res[f"{cdc.db}.t"]["quarantined"]["why"]
     rid = cdc.request(DumpSpec("table", [f"{cdc.db}.t"]))
-    assert cdc.dump_spark(rid)["status"] == "done"
+    cdc.dump_local("t", rid)   # in this process: Spark is not the subject
     cdc.drain()
     assert run_apply(cdc.cfg, "tgt", via="local")["tables"][f"{cdc.db}.t"]["status"] == "applied"
     _equal(cdc, "t", "u")
@@ -523,7 +523,7 @@ def test_a_quarantining_change_in_the_middle_of_a_dump_and_writes_holds_only_tha
     assert res[f"{cdc.db}.t"]["status"] == "quarantined" and res[f"{cdc.db}.u"]["status"] == "applied", res
     _equal(cdc, "u")
     rid = cdc.request(DumpSpec("table", [f"{cdc.db}.t"], chunk_size=10_000))
-    assert cdc.dump_spark(rid)["status"] == "done"
+    cdc.dump_local("t", rid)   # in this process: Spark is not the subject
     cdc.drain()
     assert run_apply(cdc.cfg, "tgt", via="local")["tables"][f"{cdc.db}.t"]["status"] == "applied"
     _equal(cdc, "t", "u")
