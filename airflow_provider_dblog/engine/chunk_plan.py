@@ -27,15 +27,18 @@ class ChunkPlanner:
                 return task
         return None
 
-    def successor(self, rid: str, spec: DumpSpec, task: ChunkTask) -> ChunkTask | None:
+    def successor(self, rid: str, spec: DumpSpec, task: ChunkTask,
+                  progress: dict | None = None) -> ChunkTask | None:
         """The chunk ``next_chunk`` gives once ``task`` has completed, planned while it still
         finishes (engine/dump_ahead.py): its table's next key range from ``task``'s end, or
         its next slice of keys. None after a table's last chunk (the next table's start
-        writes progress: ``next_chunk`` plans it) or when no rows are left."""
+        writes progress: ``next_chunk`` plans it) or when no rows are left. ``progress``: the
+        table's, read before ``task`` completed (read after, ``done_keys`` counts its keys)."""
         if task.last:
             return None
         schema = self.source.table_schema(task.table)
-        progress = self.state.progress(rid, task.table)
+        if progress is None:
+            progress = self.state.progress(rid, task.table)
         if task.keys is not None:
             start = progress["done_keys"] + len(task.keys)
             batch = spec.keys[start:start + spec.chunk_size]

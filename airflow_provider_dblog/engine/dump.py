@@ -203,6 +203,9 @@ class DumpRunner:
         finished, when it was: dump_ahead.py); False when none is left. ``more``: the
         chunk after it is made ready meanwhile."""
         ready = self.ahead.take() if self.ahead is not None else None
+        if ready is not None and self.ahead.stopping(rid):   # a flag set while it was selected
+            self.ahead.give_up(ready, "the request was paused or cancelled meanwhile")
+            ready = None
         if ready is not None:
             task, window, rows = ready
         else:
@@ -325,48 +328,52 @@ class DumpRunner:
         except Exception as e:
             self._fail_window(window, e, "wait_hw")
             raise
-        problem = chunk_shape_problem(self.store.schema_versions(task.table), schema, lw, hw)
-        if problem is not None:
-            # the chunk is redone in the table's new shape (a runner retries it at once)
-            self.source.refresh_schema(task.table)
-            err = ChunkShapeChangedError(f"{problem}: the chunk is selected again in the new shape")
-            self._fail_window(window, err, "reconcile")
-            raise err
-        if rows is None:
-            # as selected: a Spark chunk's text columns are parsed here (conform_chunk)
-            rows = self.source.conform_chunk(schema, self.store.read_chunk(task.request, task.table, window.id))
-        requested = [schema.parse_key(k) for k in task.keys] if task.keys is not None else None
-        in_window = self.store.read_range(schema, lw, hw)
-        result = reconcile(schema, rows, in_window, hw, requested_keys=requested,
-                           equal_keys=lambda a, b: self.source.equal_keys(schema, a, b))
-        self._check_lease()
-        verifying = self.spec(task.request).verify
-        if verifying:   # a verification: the rows as of the HW kept for its comparison (verify_run.py)
-            self.store.write_verified(task.request, schema, lw, hw, result.events)
-        else:
-            self.store.write_snapshot(schema, hw, result.events)
-        progress = self.state.progress(task.request, task.table)
-        progress["chunks"] += 1
-        progress["rows"] += result.kept
-        progress["dropped"] += result.dropped
-        if task.end is not None:
-            progress["last_key"] = task.end
-            progress["last_hw"] = hw.encode()
-        if task.keys is not None:
-            progress["done_keys"] += len(task.keys)
-            progress["missing"] = (progress["missing"] + [[encode_scalar(v) for v in k]
-                                                          for k in result.missing])[:10_000]
-            progress["missing_count"] = progress.get("missing_count", 0) + len(result.missing)
-        progress["done"] = task.last
-        progress["updated_at"] = time.time()
-        detail = {"rows": result.kept, "dropped": result.dropped, "selected": result.selected,
-                  "missing": len(result.missing), "window_events": in_window.num_rows,
-                  "lw": lw.encode(), "hw": hw.encode(),
-                  # hw_wait_s: until the tail had the HW durable; finish_s: all of this step
-                  "hw_wait_s": round(hw_wait, 3), "finish_s": round(time.monotonic() - t0, 3)}
-        sweep = orphan_sweep(task.request, task.table, progress) if task.last and not verifying else None
-        self.state.complete_chunk(task.request, task.table, progress, window, detail, sweep,
-                                  lease_token=self.lease.token if self.lease is not None else None)
+        try:   # a failure here (reconcile, snapshot, progress) closes the window as failed
+            problem = chunk_shape_problem(self.store.schema_versions(task.table), schema, lw, hw)
+            if problem is not None:
+                # the chunk is redone in the table's new shape (a runner retries it at once)
+                self.source.refresh_schema(task.table)
+                err = ChunkShapeChangedError(f"{problem}: the chunk is selected again in the new shape")
+                self._fail_window(window, err, "reconcile")
+                raise err
+            if rows is None:
+                # as selected: a Spark chunk's text columns are parsed here (conform_chunk)
+                rows = self.source.conform_chunk(schema, self.store.read_chunk(task.request, task.table, window.id))
+            requested = [schema.parse_key(k) for k in task.keys] if task.keys is not None else None
+            in_window = self.store.read_range(schema, lw, hw)
+            result = reconcile(schema, rows, in_window, hw, requested_keys=requested,
+                               equal_keys=lambda a, b: self.source.equal_keys(schema, a, b))
+            self._check_lease()
+            verifying = self.spec(task.request).verify
+            if verifying:   # a verification: the rows as of the HW kept for its comparison (verify_run.py)
+                self.store.write_verified(task.request, schema, lw, hw, result.events)
+            else:
+                self.store.write_snapshot(schema, hw, result.events)
+            progress = self.state.progress(task.request, task.table)
+            progress["chunks"] += 1
+            progress["rows"] += result.kept
+            progress["dropped"] += result.dropped
+            if task.end is not None:
+                progress["last_key"] = task.end
+                progress["last_hw"] = hw.encode()
+            if task.keys is not None:
+                progress["done_keys"] += len(task.keys)
+                progress["missing"] = (progress["missing"] + [[encode_scalar(v) for v in k]
+                                                              for k in result.missing])[:10_000]
+                progress["missing_count"] = progress.get("missing_count", 0) + len(result.missing)
+            progress["done"] = task.last
+            progress["updated_at"] = time.time()
+            detail = {"rows": result.kept, "dropped": result.dropped, "selected": result.selected,
+                      "missing": len(result.missing), "window_events": in_window.num_rows,
+                      "lw": lw.encode(), "hw": hw.encode(),
+                      # hw_wait_s: until the tail had the HW durable; finish_s: all of this step
+                      "hw_wait_s": round(hw_wait, 3), "finish_s": round(time.monotonic() - t0, 3)}
+            sweep = orphan_sweep(task.request, task.table, progress) if task.last and not verifying else None
+            self.state.complete_chunk(task.request, task.table, progress, window, detail, sweep,
+                                      lease_token=self.lease.token if self.lease is not None else None)
+        except BaseException as e:
+            self._fail_window(window, e, "finish")   # closed already (shape, lease, abandoned): left as it is
+            raise
         self.store.remove_chunk(task.request, task.table, window.id)
         log.info("%s chunk %d: %d rows selected, %d kept, %d dropped as stale, %d window events; "
                  "HW durable after %.2f s, chunk finished in %.2f s%s", task.table, progress["chunks"],
