@@ -212,13 +212,7 @@ class DumpRunner:
             task = self.next_chunk_of(rid)
             if task is None:
                 return False
-            window, _ = self.open_chunk(task, abandon_after_s=0.0)
-            try:
-                rows = self.select_chunk(task, window)
-                self.write_hw(window)
-            except BaseException as e:
-                self._fail_window(window, e, "select")
-                raise
+            window, rows = self.open_and_select(task)
         if more and self.ahead is not None:
             self.ahead.start(rid, task, window)
         try:
@@ -283,6 +277,17 @@ class DumpRunner:
             self._fail_window(window, e, "lw")
             raise
         return window, abandoned
+
+    def open_and_select(self, task: ChunkTask, keep: str | None = None) -> tuple[Window, pa.Table]:
+        """Steps 2-4 of a chunk (window and LW, select, HW); a failure between closes the window."""
+        window, _ = self.open_chunk(task, abandon_after_s=0.0, keep=keep)
+        try:
+            rows = self.select_chunk(task, window)
+            self.write_hw(window)
+        except BaseException as e:
+            self._fail_window(window, e, "select")
+            raise
+        return window, rows
 
     # -- planning (chunk_plan.py) -----------------------------------------------
     def next_chunk(self, rid: str) -> ChunkTask | None:

@@ -101,11 +101,5 @@ class ChunkAhead:
         nxt = ChunkPlanner(r.source, r.state).successor(rid, r.spec(rid), task, progress)
         if nxt is None:
             return None
-        window, _ = r.open_chunk(nxt, abandon_after_s=0.0, keep=before.id)
-        try:
-            rows = r.select_chunk(nxt, window)
-            r.write_hw(window)
-        except BaseException as e:
-            r._fail_window(window, e, "select")
-            raise
+        window, rows = r.open_and_select(nxt, keep=before.id)
         return nxt, window, rows
