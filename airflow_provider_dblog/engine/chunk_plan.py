@@ -27,8 +27,7 @@ class ChunkPlanner:
                 return task
         return None
 
-    def successor(self, rid: str, spec: DumpSpec, task: ChunkTask,
-                  progress: dict | None = None) -> ChunkTask | None:
+    def successor(self, rid: str, spec: DumpSpec, task: ChunkTask, progress: dict) -> ChunkTask | None:
         """The chunk ``next_chunk`` gives once ``task`` has completed, planned while it still
         finishes (engine/dump_ahead.py): its table's next key range from ``task``'s end, or
         its next slice of keys. None after a table's last chunk (the next table's start
@@ -37,8 +36,6 @@ class ChunkPlanner:
         if task.last:
             return None
         schema = self.source.table_schema(task.table)
-        if progress is None:
-            progress = self.state.progress(rid, task.table)
         if task.keys is not None:
             start = progress["done_keys"] + len(task.keys)
             batch = spec.keys[start:start + spec.chunk_size]
