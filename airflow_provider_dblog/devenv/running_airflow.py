@@ -223,6 +223,24 @@ class AirflowAPI:
                                   **kw)
         return r
 
+    def request_retrying_db_error(self, method: str, path: str, timeout: float = 60, **kw):
+        """One API call, asked again while it answers 500 "Database error".
+
+        SQLite under WAL refuses, at once and without the 60 s wait, a transaction that read
+        before another process committed and then writes (SQLITE_BUSY_SNAPSHOT): the PATCH of a
+        DAG the dag-processor had just re-written failed so (CI of stop 45). Airflow rolled the
+        transaction back, so asking again is safe; the last response is returned."""
+        last = []
+
+        def answered():
+            r = self.request(method, path, **kw)
+            last[:] = [r]
+            return r if not (r.status_code == 500 and "Database error" in r.text) else None
+        try:
+            return wait_until(answered, timeout, f"{method} {path} past a database error", poll=0.5)
+        except AssertionError:
+            return last[0]
+
     def _why(self, response) -> str:
         """For an assertion message: a server error hides its cause; the components' logs say it."""
         return self.server_logs() if response.status_code >= 500 else ""
@@ -244,12 +262,13 @@ class AirflowAPI:
 
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.wait_parsed(dag_id)
-        r = self.request("PATCH", f"/dags/{dag_id}", json={"is_paused": paused})
+        r = self.request_retrying_db_error("PATCH", f"/dags/{dag_id}", json={"is_paused": paused})
         assert r.status_code == 200, (r.status_code, r.text, self._why(r))
 
     def trigger_response(self, dag_id: str, conf: dict | None = None):
         """POST a new run (the Trigger form's submit); the raw response."""
-        return self.request("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})
+        return self.request_retrying_db_error("POST", f"/dags/{dag_id}/dagRuns",
+                                              json={"logical_date": None, "conf": conf or {}})
 
     def trigger(self, dag_id: str, conf: dict | None = None) -> str:
         """Unpause the DAG (a paused DAG's runs stay queued) and trigger a run; its run id."""
