@@ -46,6 +46,8 @@ from airflow_provider_dblog.engine.jobs import (ERROR_PREFIX, RESULT_FILE_ARG, R
 from airflow_provider_dblog.engine.positions import Position  # noqa: E402
 from airflow_provider_dblog.engine.schema import TableSchema  # noqa: E402
 
+log = logging.getLogger(__name__)
+
 # the jobs' settings when nothing set them: spark-submit passes engine.jobs.spark_conf
 # (and the user's spark.conf) as --conf, and those win. Never the master: a job runs where
 # spark-submit sends it.
@@ -56,6 +58,11 @@ DEFAULT_CONF = {
     "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    # columns are named as the source names them: "a" and "A" are two columns
+    "spark.sql.caseSensitive": "true",
+    # a chunk collected to the driver (SparkChunkReader) well inside its 1g default heap;
+    # a larger one goes through Parquet instead
+    "spark.driver.maxResultSize": "256m",
 }
 
 
@@ -240,8 +247,8 @@ def conform_columns(df, table: TableSchema, as_text: set[str] = frozenset()) -> 
         if c.name not in have:
             raise ValueError(f"{table.qualified}: column {c.name!r} missing from {list(have)}")
         want = T.StringType() if c.name in as_text else spark_type(c.type)
-        out.append(F.col(f"`{c.name}`") if types[c.name] == want
-                   else F.col(f"`{c.name}`").cast(want).alias(c.name))
+        col = F.col("`" + c.name.replace("`", "``") + "`")   # any name, quoted as Spark parses it
+        out.append(col if types[c.name] == want else col.cast(want).alias(c.name))
     return out
 
 
@@ -258,14 +265,26 @@ def read_parquet_arrow(uri: str) -> pa.Table:
     return pq.read_table(path, filesystem=fs)
 
 
+def plain_var_types(data: pa.Table) -> pa.Table:
+    """``toArrow`` gives large_string/large_binary when Spark's ``arrow.useLargeVarTypes`` is
+    on; the read-back of Parquet, and conform_chunk's text parsing, see string/binary."""
+    large = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
+    if not any(f.type in large for f in data.schema):
+        return data
+    return data.cast(pa.schema([f.with_type(large.get(f.type, f.type)) for f in data.schema]))
+
+
 # -- the dump's chunk reader ----------------------------------------------------
 class SparkChunkReader:
     """engine.dump.ChunkReader on Spark JDBC: one partition per predicate, read in parallel.
 
     ``source`` needs ``jdbc() -> (url, properties)`` and ``jdbc_table(qualified)``.
-    The rows go to Parquet at ``dest_uri`` (overwritten, so a redone chunk replaces
-    its rows) and come back as a pyarrow table in the table's logical types
-    (``source.conform_chunk``). Dates, timestamps and numerics are selected as text
+    ``keep_file`` (a finish in another process reads them there): the rows go to Parquet at
+    ``dest_uri`` (overwritten, so a redone chunk replaces its rows) and are read back;
+    otherwise they come to the driver as Arrow batches (``toArrow``: nothing written, the
+    runner writes them once, as the snapshot), or through ``dest_uri`` when they are too
+    large for the driver. Either way they are returned as a pyarrow table in the table's
+    logical types (``source.conform_chunk``). Dates, timestamps and numerics are selected as text
     (the source's ``select_expr``) and parsed in Python by engine/values.py, as on
     every other path: no value is ever a ``java.sql`` date, so no Julian calendar.
     """
@@ -275,8 +294,23 @@ class SparkChunkReader:
         self.source = source
         self.write_partitions = write_partitions
         self.last_stats: dict = {}
+        self.via_file: set[str] = set()   # tables whose chunks outgrew the driver's result limit
 
-    def read(self, table: TableSchema, predicates: list[str], dest_uri: str) -> pa.Table:
+    def _to_driver(self, df, table: TableSchema) -> pa.Table | None:
+        """The chunk as Arrow batches in the driver; None when it is larger than the driver
+        takes (``spark.driver.maxResultSize``: Spark aborts the collect, nothing held), and
+        from then on this table's chunks go through Parquet (rows of large documents)."""
+        try:
+            return plain_var_types(df.toArrow())
+        except Exception as e:
+            if "maxResultSize" not in str(e):
+                raise
+        log.warning("%s: a chunk is larger than spark.driver.maxResultSize; this table's chunks are read "
+                    "through Parquet files from now on", table.qualified)
+        self.via_file.add(table.qualified)
+        return None
+
+    def read(self, table: TableSchema, predicates: list[str], dest_uri: str, keep_file: bool = True) -> pa.Table:
         import time
 
         if not predicates:
@@ -290,11 +324,15 @@ class SparkChunkReader:
         native = self.source.native_columns(table.qualified)
         as_text = {c for c in table.column_names if self.source.text_parsed(native[c])}
         df = df.select(*conform_columns(df, table, as_text))
-        if self.write_partitions:
-            df = df.coalesce(self.write_partitions)
-        df.write.mode("overwrite").parquet(dest_uri)
+        selected = None
+        if not keep_file and table.qualified not in self.via_file:
+            selected = self._to_driver(df, table)
+        if selected is None:
+            if self.write_partitions:
+                df = df.coalesce(self.write_partitions)
+            df.write.mode("overwrite").parquet(dest_uri)
         t1 = time.monotonic()
-        data = self.source.conform_chunk(table, read_parquet_arrow(dest_uri))
+        data = self.source.conform_chunk(table, selected if selected is not None else read_parquet_arrow(dest_uri))
         self.last_stats = {"rows": data.num_rows, "partitions": len(predicates),
-                           "spark_s": round(t1 - t0, 3), "readback_s": round(time.monotonic() - t1, 3)}
+                           "spark_s": round(t1 - t0, 3), "conform_s": round(time.monotonic() - t1, 3)}
         return data

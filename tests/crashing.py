@@ -103,7 +103,7 @@ def dump(config: str, request: str, marker: Path) -> None:
     state = RedisState(cfg.redis_url, cfg.state_prefix, scfg.name)
 
     class DyingReader:
-        def read(self, table, predicates, dest):
+        def read(self, table, predicates, dest, keep_file=True):
             (window,) = [w for w in state.open_windows() if w.request == request]
             marker.write_text(window.id)
             die()

@@ -64,7 +64,7 @@ class ChunkReader(Protocol):
     """Reads a planned key range of a table (Spark JDBC in production). A reader whose errors
     the source cannot judge (a JVM's) may also have ``is_transient(error) -> bool``."""
 
-    def read(self, table: TableSchema, predicates: list[str], dest_uri: str) -> pa.Table: ...
+    def read(self, table: TableSchema, predicates: list[str], dest_uri: str, keep_file: bool = True) -> pa.Table: ...
 
 
 class DumpRunner:
@@ -296,24 +296,25 @@ class DumpRunner:
 
     # -- one chunk: Algorithm 1 steps 2-4, then 6-7 ----------------------------
     # -- 3. the select, 4. the HW ---------------------------------------------------------
-    def select_chunk(self, task: ChunkTask, window: Window) -> pa.Table:
-        """Step 3: the chunk's rows, also kept as Parquet for a finish in another process. A
-        select that failed because the table changed shape under it (a column gone) is
-        redone in the new shape (ChunkShapeChangedError)."""
+    def select_chunk(self, task: ChunkTask, window: Window, keep_file: bool = False) -> pa.Table:
+        """Step 3: the chunk's rows (``keep_file``: kept as Parquet too, for a finish in another
+        process; a runner's are written once, as the snapshot). A select failed by a change of
+        shape (a column gone) is redone in the new shape (ChunkShapeChangedError)."""
         schema = self.source.table_schema(task.table)
         if task.keys is None and self.reader is None:
             raise ConfigError("a key-range chunk needs a chunk reader (Spark)")
         try:
             if task.keys is None:
                 return self.reader.read(schema, task.predicates,
-                                        self.store.chunk_uri(task.request, task.table, window.id))
+                                        self.store.chunk_uri(task.request, task.table, window.id), keep_file)
             rows = self.source.select_keys(schema, [schema.parse_key(k) for k in task.keys])
         except Exception as e:
             if self.source.refresh_schema(task.table) != schema:
                 raise ChunkShapeChangedError(f"{task.table} changed shape while a chunk was selected ({e}): the "
                                              "chunk is selected again in the new shape") from e
             raise
-        self.store.write_chunk(task.request, task.table, window.id, rows)
+        if keep_file:
+            self.store.write_chunk(task.request, task.table, window.id, rows)
         return rows
 
     def write_hw(self, window: Window) -> None:

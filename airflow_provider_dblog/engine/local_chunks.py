@@ -15,7 +15,7 @@ class LocalChunkReader:
     def __init__(self, source):
         self.source = source
 
-    def read(self, table: TableSchema, predicates: list[str], dest_uri: str) -> pa.Table:
+    def read(self, table: TableSchema, predicates: list[str], dest_uri: str, keep_file: bool = True) -> pa.Table:
         src = self.source
         mark = "`" if src.config.kind == "mysql" else '"'
         names = ", ".join(quote_with(mark, c) for c in table.column_names)

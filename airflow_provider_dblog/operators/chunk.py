@@ -171,7 +171,7 @@ class DBLogChunkDumpOperator(DBLogHookMixin, BaseOperator):
         try:
             spark = None
             if task.keys is not None:                                           # step 3
-                selected = runner.select_chunk(task, window).num_rows
+                selected = runner.select_chunk(task, window, keep_file=True).num_rows
             else:
                 result = self._select_on_spark(hook, source_name, task, window)
                 selected = int(result["rows"])

@@ -65,7 +65,7 @@ def main(argv=None) -> dict:
     spark = spark_session("bench-dump-profiled")
     session_s = time.monotonic() - t0
     reader = SparkChunkReader(spark, source)
-    spark_s = readback_s = 0.0
+    spark_s = conform_s = 0.0
     runner = parts.runner(reader, source)
     # the steps of a chunk (dump.py), and the costs inside finish_chunk
     for obj, names, group in ((runner, ("next_chunk", "open_chunk", "select_chunk", "write_hw",
@@ -88,10 +88,10 @@ def main(argv=None) -> dict:
     orig_read = reader.read
 
     def read(*a, **kw):
-        nonlocal spark_s, readback_s
+        nonlocal spark_s, conform_s
         out = orig_read(*a, **kw)
         spark_s += reader.last_stats["spark_s"]
-        readback_s += reader.last_stats["readback_s"]
+        conform_s += reader.last_stats["conform_s"]
         return out
     reader.read = read
     prof = cProfile.Profile()
@@ -103,8 +103,8 @@ def main(argv=None) -> dict:
     source.close()
     spark.stop()
     times = {k: round(v, 3) for k, v in sorted(TIMES.items(), key=lambda kv: -kv[1])}
-    times["select.spark_jdbc_to_parquet"] = round(spark_s, 3)
-    times["select.parquet_readback"] = round(readback_s, 3)
+    times["select.spark_jdbc_to_driver"] = round(spark_s, 3)
+    times["select.conform"] = round(conform_s, 3)
     return {"session_s": round(session_s, 3), "run_s": round(run_s, 3), "rows": summary.total("rows"),
             "chunks": summary.total("chunks"), "times": times, "calls": dict(CALLS),
             "per_call": {k: v for k, v in PER_CALL.items() if k.startswith("step.") and len(v) <= 200},

@@ -52,9 +52,9 @@ class _Watched:
         if n == self.fail_select:
             raise redis.ConnectionError("drawn: the select's connection cut")
 
-    def read(self, table, predicates, dest_uri):
+    def read(self, table, predicates, dest_uri, keep_file=True):
         self.before_select()
-        return self.reader.read(table, predicates, dest_uri)
+        return self.reader.read(table, predicates, dest_uri, keep_file)
 
 
 def _write(rows: int):

@@ -56,11 +56,11 @@ class _FlagWhileAhead(LocalChunkReader):
         super().__init__(source)
         self.state, self.rid, self.flag, self.selects = state, rid, flag, 0
 
-    def read(self, table, predicates, dest_uri):
+    def read(self, table, predicates, dest_uri, keep_file=True):
         self.selects += 1
         if _ahead() and self.selects == 2:
             self.state.set_flag(self.rid, self.flag)
-        return super().read(table, predicates, dest_uri)
+        return super().read(table, predicates, dest_uri, keep_file)
 
 
 @pytest.mark.parametrize("flag", ["cancel", "pause"])

@@ -155,7 +155,7 @@ def test_window_that_never_closes_fails_the_dump_with_a_recorded_state(src_db, m
     # no tail is running: the HW is never seen
 
     class Reader:
-        def read(self, table, predicates, dest):
+        def read(self, table, predicates, dest, keep_file=True):
             return cdc.source.select_keys(table, [(i,) for i in range(1, 51)])
     runner = DumpRunner(cdc.source, cdc.state, cdc.store, Reader(), cdc.cfg.dump)
     rid = runner.submit(DumpSpec("table", [f"{mysql_db}.t"]))

@@ -251,7 +251,7 @@ def test_a_chunk_boundary_that_does_not_advance_fails_the_dump_at_once(make_cdc,
     src.plan_chunk = plan_going_back
 
     class Reader:
-        def read(self, table, predicates, dest):
+        def read(self, table, predicates, dest, keep_file=True):
             return src.select_keys(table, [(i,) for i in range(1, 31)])
     cdc.start_tail()
     runner = DumpRunner(src, cdc.state, cdc.store, Reader(), cdc.cfg.dump)

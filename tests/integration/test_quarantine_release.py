@@ -50,7 +50,7 @@ class _Reader:
     def __init__(self, source, kind: str):
         self.source, self.q = source, "`" if kind == "mysql" else '"'
 
-    def read(self, table, predicates, dest_uri):
+    def read(self, table, predicates, dest_uri, keep_file=True):
         src, cols = self.source, {c: [] for c in table.column_names}
         names = ", ".join(f"{self.q}{c}{self.q}" for c in table.column_names)
         for pred in predicates:

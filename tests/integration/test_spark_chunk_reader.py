@@ -122,14 +122,17 @@ def schema_for(db: str, table: TableSchema) -> TableSchema:
     return TableSchema(db, table.name, table.columns, table.key)
 
 
-def test_ranges_read_exactly(mariadb, spark, tmp_path):
+@pytest.mark.parametrize("to_file", [True, False], ids=["via-parquet", "arrow-to-driver"])
+def test_ranges_read_exactly(mariadb, spark, tmp_path, to_file):
+    """Both ways of a chunk's rows: Parquet read back (a finish in another process) and Arrow
+    batches to the driver (a runner's: written once, as the snapshot)."""
     conn, db = mariadb
     table = schema_for(db, ITEMS)
     reader = SparkChunkReader(spark, StubSource(MARIADB_PORT))
     preds = ["`id` <= 250", "`id` > 250 AND `id` <= 500", "`id` > 500 AND `id` <= 750",
              "`id` > 750 AND `id` <= 1000"]
     dest = f"file://{tmp_path}/chunk"
-    data = reader.read(table, preds, dest)
+    data = reader.read(table, preds, dest, keep_file=to_file)
     assert reader.last_stats["partitions"] == 4 and data.num_rows == N
     # Spark's own types: DATETIME naive micros; TIMESTAMP cast to naive too; exact decimals
     types = {f.name: f.type for f in data.schema}
@@ -143,12 +146,13 @@ def test_ranges_read_exactly(mariadb, spark, tmp_path):
 
     # gaps and an empty range: only the rows of the predicates
     data = reader.read(table, ["`id` > 100 AND `id` <= 200", "`id` > 600 AND `id` <= 650",
-                               "`id` > 5000 AND `id` <= 6000"], dest)
+                               "`id` > 5000 AND `id` <= 6000"], dest, keep_file=to_file)
     got = rows_of(table, conform_rows(table, data))
     assert got == select(conn, db, table, "(id > 100 AND id <= 200) OR (id > 600 AND id <= 650)")
     assert len(got) == 150  # the same destination was overwritten, not added to
+    assert to_file == (tmp_path / "chunk").exists()
 
-    data = reader.read(table, ["`id` > 5000"], dest)
+    data = reader.read(table, ["`id` > 5000"], dest, keep_file=to_file)
     assert data.num_rows == 0 and set(data.column_names) == set(table.column_names)
 
 
@@ -180,7 +184,14 @@ def test_real_mysql_source(mariadb, spark, tmp_path):
         for name in ("items", "pairs"):
             schema = src.table_schema(f"{db}.{name}")
             plan = src.plan_chunk(schema, None, src.max_key(schema), 10_000, 3)
-            data = reader.read(schema, src.range_predicates(schema, plan), f"file://{tmp_path}/{name}")
+            preds = src.range_predicates(schema, plan)
+            data = reader.read(schema, preds, f"file://{tmp_path}/{name}")
+            # to the driver as Arrow: the same table, column types and values alike
+            in_memory = reader.read(schema, preds, f"file://{tmp_path}/{name}-not-kept", keep_file=False)
+            assert not (tmp_path / f"{name}-not-kept").exists()
+            assert in_memory.schema == data.schema
+            assert in_memory.sort_by([(k, "ascending") for k in schema.key]).equals(
+                data.sort_by([(k, "ascending") for k in schema.key]))
             expected = select(conn, db, schema, "1=1")
             got = rows_of(schema, conform_rows(schema, data))
             if name == "items":
