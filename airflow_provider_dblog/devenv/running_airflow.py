@@ -223,13 +223,14 @@ class AirflowAPI:
                                   **kw)
         return r
 
-    def request_retrying_db_error(self, method: str, path: str, timeout: float = 60, **kw):
+    def request_retrying_db_error(self, method: str, path: str, timeout: float = 180, **kw):
         """One API call, asked again while it answers 500 "Database error".
 
         SQLite under WAL refuses, at once and without the 60 s wait, a transaction that read
         before another process committed and then writes (SQLITE_BUSY_SNAPSHOT): the PATCH of a
-        DAG the dag-processor had just re-written failed so (CI of stop 45). Airflow rolled the
-        transaction back, so asking again is safe; the last response is returned."""
+        DAG the dag-processor had just re-written failed so (CI of stop 45), and so did a POST
+        while the whole VM stalled for 62 s (every component's heartbeat late: stop 46). Airflow
+        rolled the transaction back, so asking again is safe; the last response is returned."""
         last = []
 
         def answered():
