@@ -348,11 +348,7 @@ def test_dump_runner_into_target(spark, make_cdc, src_db):
 
 
 class _ViaParquet(SparkChunkReader):
-    """The way before the change: every chunk through Parquet (a scratch directory)."""
-
-    def __init__(self, spark, source, where: Path):
-        super().__init__(spark, source)
-        self.where = where
+    """The way before the change: every chunk through Parquet (the chunk's own location)."""
 
     def read(self, table, predicates, dest_uri, keep_file=True):
         return super().read(table, predicates, dest_uri, keep_file=True)
@@ -374,7 +370,7 @@ def test_dump_of_wide_rows(spark, make_cdc, src_db, tmp_path, via_parquet):
     cdc = make_cdc(["wide"])
     cdc.start_tail()
     rid = cdc.request(DumpSpec("table", [f"{cdc.db}.wide"], chunk_size=1000, parallelism=2))
-    reader = (type("R", (_ViaParquet, RetryingChunkReader), {})(spark, cdc.source, tmp_path) if via_parquet
+    reader = (type("R", (_ViaParquet, RetryingChunkReader), {})(spark, cdc.source) if via_parquet
               else RetryingChunkReader(spark, cdc.source))
     try:
         DumpRunner(cdc.source, cdc.state, cdc.store, reader, cdc.cfg.dump).run(rid)
